@@ -1,0 +1,116 @@
+"""Every Redis name, TTL and timeout the system uses, in one place.
+
+Keys are built from a prefix (``PD_KEY_PREFIX``, default ``pd``) so two deployments, or two tests, can
+share one Redis without seeing each other.
+"""
+
+from __future__ import annotations
+
+import re
+
+DAY_S = 24 * 3600
+
+# Consumer groups.
+ROUTER_GROUP = "router"
+WORKER_GROUP = "workers"
+
+# Retention of dedup and decision keys (DESIGN.md §3).
+SEEN_TTL_S = 31 * DAY_S
+EVENT_DECISION_TTL_S = 7 * DAY_S
+JOBID_TTL_S = 31 * DAY_S
+DEDUP_WINDOW_MS = 10 * 60 * 1000
+JOB_STATE_TTL_S = 31 * DAY_S
+DEAD_MAXLEN = 10_000
+
+# Host liveness: a beat every 15 s, a row that expires after 90 s without one.
+HOST_BEAT_S = 15.0
+HOST_TTL_MS = 90_000
+
+# Every Redis call on a request path is bounded: the client would otherwise queue forever on a dead server.
+REDIS_OP_TIMEOUT_S = 2.0
+REDIS_CONNECT_TIMEOUT_S = 1.5
+# How long a blocking XREADGROUP waits before the loop re-checks for shutdown.
+READ_BLOCK_MS = 1_000
+# After a Redis error a consumer loop waits this long, doubling up to the cap.
+RETRY_BASE_S = 0.5
+RETRY_CAP_S = 10.0
+
+PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
+
+
+class Keys:
+    """Builds the names of one deployment's keys."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str = "pd") -> None:
+        if not PREFIX_RE.match(prefix):
+            raise ValueError(f"invalid key prefix {prefix!r}")
+        self.prefix = prefix
+
+    def _k(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    @property
+    def events(self) -> str:
+        return self._k("events")
+
+    def seen(self, forge: str, delivery: str) -> str:
+        return self._k("seen", forge, delivery)
+
+    def event(self, forge: str, delivery: str) -> str:
+        return self._k("event", forge, delivery)
+
+    @property
+    def jobs(self) -> str:
+        return self._k("jobs")
+
+    def host_jobs(self, host: str) -> str:
+        return self._k("jobs", host)
+
+    def jobid(self, job_id: str) -> str:
+        return self._k("jobid", job_id)
+
+    def dedup(self, semantic_key: str) -> str:
+        return self._k("dedup", semantic_key)
+
+    def job(self, job_id: str) -> str:
+        return self._k("job", job_id)
+
+    @property
+    def delayed(self) -> str:
+        return self._k("delayed")
+
+    @property
+    def dead(self) -> str:
+        return self._k("dead")
+
+    @property
+    def hosts(self) -> str:
+        return self._k("hosts")
+
+    def host(self, name: str) -> str:
+        return self._k("host", name)
+
+    @property
+    def runs_index(self) -> str:
+        return self._k("runs", "index")
+
+    def run_rec(self, sanitized_job_id: str) -> str:
+        return self._k("runs", "rec", sanitized_job_id)
+
+    @property
+    def paused(self) -> str:
+        return self._k("paused")
+
+    def paused_host(self, host: str) -> str:
+        return self._k("paused", host)
+
+    def cancel(self, job_id: str) -> str:
+        return self._k("cancel", job_id)
+
+    def cancel_ack(self, job_id: str) -> str:
+        return self._k("cancel-ack", job_id)
+
+    def leader(self, role: str) -> str:
+        return self._k("leader", role)

@@ -1,0 +1,43 @@
+"""Logging: one JSON object per line on stdout, event names as in the spec.
+
+Never pass payload text, titles, logins, emails, tokens or host paths as fields.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import msgspec
+import structlog
+
+_encoder = msgspec.json.Encoder()
+
+
+def _serialize(obj: Any, **_: Any) -> str:
+    return _encoder.encode(obj).decode()
+
+
+def configure_logging(service: str, level: str = "info", **bound: Any) -> None:
+    """Configure structlog once per process; ``bound`` fields (for example ``host``) go on every line."""
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(serializer=_serialize),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+        ),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        cache_logger_on_first_use=True,
+    )
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(service=service, **bound)
+
+
+def get_logger() -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger()

@@ -1,0 +1,175 @@
+"""Configuration: one frozen Struct, read once from the environment and validated before anything starts.
+
+A bad value raises ``ConfigError`` naming the variable and what is accepted (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import msgspec
+
+from pidispatch.common.errors import ConfigError
+from pidispatch.common.keys import PREFIX_RE
+
+WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+JOB_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
+MEMORY_RE = re.compile(r"^([0-9]+)([kmg]?)$", re.IGNORECASE)
+_MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "pd"
+    events_maxlen: int = 10_000
+    claim_idle_ms: int = 60_000
+    max_deliveries: int = 5
+
+    webhook_secret: str | None = None
+    github_auth_source: str | None = None
+    github_self_id: int | None = None
+    receiver_port: int = 3000
+    receiver_bind: str = "0.0.0.0"
+    triggers_file: str = "triggers.json"
+
+    worker_name: str = "localhost"
+    worker_name_declared: bool = False
+    concurrency: int = 3
+    job_image: str = "pi-job:latest"
+    job_user: str = "1000:1000"
+    job_memory_bytes: int = 4 * 1024**3
+    job_nano_cpus: int = 2 * 10**9
+    job_timeout_s: float = 1800.0
+    shutdown_grace_s: float = 10.0
+    logs_dir: str = "~/.pi-dispatch/logs"
+    jobs_dir: str = ""
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer; accepted: {lo}..{hi}") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value} is out of range; accepted: {lo}..{hi}")
+    return value
+
+
+def parse_memory(name: str, raw: str) -> int:
+    m = MEMORY_RE.match(raw)
+    if not m:
+        raise ConfigError(f"{name}={raw!r} is not a size; accepted: bytes or a number with k, m or g (4g)")
+    value = int(m.group(1)) * _MEMORY_UNITS[m.group(2).lower()]
+    if value < 64 * 1024**2:
+        raise ConfigError(f"{name}={raw!r} is below the 64m floor a job container needs")
+    return value
+
+
+def parse_cpus(name: str, raw: str) -> int:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 256:
+        raise ConfigError(f"{name}={raw!r} is not a CPU count; accepted: a number from 0.1 to 256 (2, 1.5)")
+    return int(value * 1e9)
+
+
+def parse_job_user(raw: str) -> str:
+    m = JOB_USER_RE.match(raw)
+    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
+        raise ConfigError(
+            f"PI_JOB_USER={raw!r} is refused; accepted: <uid>:<gid>, both non-zero numbers (1000:1000)"
+        )
+    return raw
+
+
+def default_jobs_dir() -> str:
+    return str(Path(tempfile.gettempdir()) / f"pi-dispatch-{os.getuid()}" / "jobs")
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    prefix = _get(env, "PD_KEY_PREFIX") or "pd"
+    if not PREFIX_RE.match(prefix):
+        raise ConfigError(f"PD_KEY_PREFIX={prefix!r} is refused; accepted: 1-32 of [A-Za-z0-9._-]")
+    redis_url = _get(env, "REDIS_URL") or _get(env, "VALKEY_URL") or "redis://127.0.0.1:6379/0"
+    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+
+    self_id_raw = _get(env, "GITHUB_SELF_ID")
+    github_self_id = None
+    if self_id_raw is not None:
+        github_self_id = _int(env, "GITHUB_SELF_ID", 0, 1, 2**53)
+
+    auth_source = _get(env, "GITHUB_AUTH_SOURCE")
+    if auth_source is not None and auth_source not in ("gh", "pat", "app"):
+        raise ConfigError(f"GITHUB_AUTH_SOURCE={auth_source!r} is refused; accepted: gh, pat, app")
+
+    declared = _get(env, "PI_WORKER_NAME")
+    if declared is not None and (
+        not WORKER_NAME_RE.match(declared) or declared.endswith((".json", ".log"))
+    ):
+        raise ConfigError(
+            f"PI_WORKER_NAME={declared!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
+            "starting with a letter or digit, not ending in .json or .log"
+        )
+    worker_name = declared or _default_host_name()
+
+    memory = _get(env, "PI_JOB_MEMORY")
+    cpus = _get(env, "PI_JOB_CPUS")
+    timeout = _int(env, "PI_JOB_TIMEOUT", 1800, 1, 24 * 3600)
+    grace = _int(env, "PI_SHUTDOWN_GRACE", 10, 0, 3600)
+
+    return Settings(
+        redis_url=redis_url,
+        key_prefix=prefix,
+        events_maxlen=_int(env, "PD_EVENTS_MAXLEN", 10_000, 100, 10_000_000),
+        claim_idle_ms=_int(env, "PD_CLAIM_IDLE_MS", 60_000, 100, 24 * 3600 * 1000),
+        max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),
+        webhook_secret=_get(env, "WEBHOOK_SECRET"),
+        github_auth_source=auth_source,
+        github_self_id=github_self_id,
+        receiver_port=_int(env, "RECEIVER_PORT", 3000, 1, 65535),
+        receiver_bind=_get(env, "RECEIVER_BIND") or "0.0.0.0",
+        triggers_file=_get(env, "PI_TRIGGERS_FILE") or "triggers.json",
+        worker_name=worker_name,
+        worker_name_declared=declared is not None,
+        concurrency=_int(env, "PI_CONCURRENCY", 3, 1, 256),
+        job_image=_image(_get(env, "PI_JOB_IMAGE") or "pi-job:latest"),
+        job_user=parse_job_user(_get(env, "PI_JOB_USER") or "1000:1000"),
+        job_memory_bytes=parse_memory("PI_JOB_MEMORY", memory) if memory else 4 * 1024**3,
+        job_nano_cpus=parse_cpus("PI_JOB_CPUS", cpus) if cpus else 2 * 10**9,
+        job_timeout_s=float(timeout),
+        shutdown_grace_s=float(grace),
+        logs_dir=os.path.expanduser(_get(env, "PI_LOGS_DIR") or "~/.pi-dispatch/logs"),
+        jobs_dir=os.path.expanduser(_get(env, "PI_JOBS_DIR") or default_jobs_dir()),
+    )
+
+
+def _image(ref: str) -> str:
+    if ref.startswith("-") or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in ref) or " " in ref:
+        raise ConfigError(
+            f"PI_JOB_IMAGE={ref!r} is refused; accepted: an image reference without spaces, "
+            "control characters or a leading dash"
+        )
+    return ref
+
+
+def _default_host_name() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "", os.uname().nodename.lower())[:64]
+    return name if WORKER_NAME_RE.match(name) else "localhost"

@@ -1,0 +1,104 @@
+"""Consumer-group plumbing shared by the router and the worker.
+
+At-least-once hand-off: an entry stays pending until its consumer acks it; ``claim_idle`` lets a peer
+take over entries whose consumer died; ``send_to_dead`` parks an entry that can never be processed and
+acks it in the same transaction, so it is neither lost nor retried forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from pidispatch.common.keys import DEAD_MAXLEN, Keys
+from pidispatch.common.models import Fields, decode_fields
+from pidispatch.common.redis import Redis
+
+Entry = tuple[str, str, Fields]  # (stream, entry id, fields)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def ensure_group(r: Redis, stream: str, group: str) -> None:
+    """Create the group (and the stream) if missing; idempotent across replicas and restarts."""
+    try:
+        await r.xgroup_create(stream, group, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def _flatten(reply: Any) -> list[Entry]:
+    out: list[Entry] = []
+    for stream, entries in reply or []:
+        for entry_id, fields in entries:
+            # A pending entry that was trimmed away comes back with no fields.
+            out.append((_s(stream), _s(entry_id), decode_fields(fields or {})))
+    return out
+
+
+async def read_group(
+    r: Redis,
+    group: str,
+    consumer: str,
+    streams: dict[str, str],
+    count: int,
+    block_ms: int | None = None,
+) -> list[Entry]:
+    """XREADGROUP over ``streams`` ({stream: ">" for new, "0" for own pending}).
+
+    A group deleted under us (``NOGROUP``: stream flushed, Redis restarted empty) is recreated once.
+    """
+    try:
+        reply = await r.xreadgroup(group, consumer, streams, count=count, block=block_ms)
+    except ResponseError as exc:
+        if "NOGROUP" not in str(exc):
+            raise
+        for stream in streams:
+            await ensure_group(r, stream, group)
+        reply = await r.xreadgroup(group, consumer, streams, count=count, block=block_ms)
+    return _flatten(reply)
+
+
+async def ack(r: Redis, stream: str, group: str, *entry_ids: str) -> None:
+    if entry_ids:
+        await r.xack(stream, group, *entry_ids)
+
+
+async def claim_idle(
+    r: Redis, stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str = "0-0", count: int = 10
+) -> tuple[str, list[Entry]]:
+    """XAUTOCLAIM one page; returns the next cursor ("0-0" when the scan wrapped) and the entries."""
+    reply = await r.xautoclaim(stream, group, consumer, min_idle_ms, start_id=cursor, count=count)
+    next_cursor, entries = _s(reply[0]), reply[1]
+    return next_cursor, _flatten([(stream, [e for e in entries if e is not None])])
+
+
+async def delivery_count(r: Redis, stream: str, group: str, entry_id: str) -> int:
+    """How many times the group has delivered this entry (0 if it is no longer pending)."""
+    rows = await r.xpending_range(stream, group, min=entry_id, max=entry_id, count=1)
+    return int(rows[0]["times_delivered"]) if rows else 0
+
+
+async def send_to_dead(
+    r: Redis,
+    keys: Keys,
+    *,
+    source: str,
+    group: str,
+    entry_id: str,
+    reason: str,
+    deliveries: int,
+    fields: Fields,
+) -> None:
+    """Park an entry in ``pd:dead`` with its reason and ack it, in one transaction."""
+    dead_fields = {"source": source, "entry": entry_id, "reason": reason, "deliveries": str(deliveries)}
+    for k, v in fields.items():
+        dead_fields.setdefault(k, v)
+    async with r.pipeline(transaction=True) as pipe:
+        pipe.xadd(keys.dead, dead_fields, maxlen=DEAD_MAXLEN, approximate=True)
+        pipe.xack(source, group, entry_id)
+        await pipe.execute()

@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Placeholder until the service lands."""

@@ -1,0 +1,1 @@
+"""pi-dispatch router service."""
