@@ -1,0 +1,105 @@
+"""Shared fixtures: a real redis-server per test session, a key prefix per test, a real Docker daemon
+and a tiny test image built by ``docker import``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from pidispatch.common.keys import Keys
+from pidispatch.common.redis import Redis, create_redis
+from tests.helpers import RedisProcess
+
+REQUIRE_DOCKER = os.environ.get("PD_REQUIRE_DOCKER") == "1"
+TEST_SECRET = "test-webhook-secret"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = RedisProcess(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def keys(key_prefix: str) -> Keys:
+    return Keys(key_prefix)
+
+
+@pytest.fixture
+async def redis(redis_server: str) -> AsyncIterator[Redis]:
+    client = create_redis(redis_server)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def base_env(redis_server: str, key_prefix: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of one isolated deployment: its own prefix, folders and secret."""
+    return {
+        "REDIS_URL": redis_server,
+        "PD_KEY_PREFIX": key_prefix,
+        "WEBHOOK_SECRET": TEST_SECRET,
+        "PI_LOGS_DIR": str(tmp_path / "logs"),
+        "PI_JOBS_DIR": str(tmp_path / "jobs"),
+        "PI_TRIGGERS_FILE": str(tmp_path / "triggers.json"),
+        "PI_WORKER_NAME": "testhost",
+    }
+
+
+async def _docker_reachable() -> bool:
+    import aiodocker
+
+    try:
+        docker = aiodocker.Docker()
+    except Exception:
+        return False
+    try:
+        await asyncio.wait_for(docker.version(), 3)
+        return True
+    except Exception:
+        return False
+    finally:
+        await docker.close()
+
+
+@pytest.fixture(scope="session")
+def docker_available() -> bool:
+    return asyncio.run(_docker_reachable())
+
+
+@pytest.fixture
+def require_docker(docker_available: bool) -> None:
+    if not docker_available:
+        if REQUIRE_DOCKER:
+            pytest.fail("PD_REQUIRE_DOCKER=1 but no Docker daemon is reachable (start dockerd)")
+        pytest.skip("no Docker daemon reachable (set DOCKER_HOST or start dockerd)")
+
+
+@pytest.fixture(scope="session")
+def test_image(docker_available: bool) -> str:
+    """The test agent image: reads /job, writes /workspace, prints an exit line, exits as told.
+
+    The issue body in prompt.md steers it: ``pd-test exit=<code> sleep=<seconds>``.
+    """
+    if not docker_available:
+        if REQUIRE_DOCKER:
+            pytest.fail("PD_REQUIRE_DOCKER=1 but no Docker daemon is reachable (start dockerd)")
+        pytest.skip("no Docker daemon reachable (set DOCKER_HOST or start dockerd)")
+    from pidispatch.worker.image import TEST_AGENT_SCRIPT, build_image
+
+    tag = "pd-test-agent:latest"
+    asyncio.run(build_image(tag, TEST_AGENT_SCRIPT))
+    return tag
