@@ -16,7 +16,9 @@ from pidispatch.common.errors import ConfigError, InfraError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pi-dispatch", description="Self-hosted job harness for a coding agent.")
+    parser = argparse.ArgumentParser(
+        prog="pi-dispatch", description="Self-hosted job harness for a coding agent."
+    )
     parser.add_argument("--version", action="version", version=f"pi-dispatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     from pidispatch.common import dev  # local import keeps `pi-dispatch --help` light

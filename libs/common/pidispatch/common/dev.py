@@ -1,7 +1,306 @@
+"""``pi-dispatch dev``: the whole system on one machine, on the embedded default.
+
+Starts a private redis-server (unless ``REDIS_URL`` is set), writes a sample triggers file and a webhook
+secret under ``./.pi-dispatch/`` on first run, starts receiver, router and one worker as child processes
+(``python -m pidispatch.<service>``), prints the webhook URL and a signed ``curl``, and stops everything
+on Ctrl-C.
+"""
+
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shlex
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from pidispatch.common.embedded import find_redis_cli, find_redis_server, free_port, redis_server_argv
+from pidispatch.common.errors import InfraError
+from pidispatch.common.runtime import stop_on_signals
+from pidispatch.common.settings import load_settings
+
+SERVICES = ("receiver", "router", "worker")
+DEMO_LABEL = "pi:demo"
+DEMO_IMAGE = "pi-dispatch-demo:latest"
+DEFAULT_IMAGE = "pi-job:latest"
+STOP_BUDGET_S = 5.0
+
+SAMPLE_TRIGGERS = {
+    "triggers": [
+        {"on": {"type": "label", "any": [DEMO_LABEL]}, "run": {"kind": "github", "flow": "demo"}},
+    ]
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Placeholder."""
+    p = sub.add_parser("dev", help="run receiver, router and a worker on this machine (embedded default)")
+    p.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
+    p.set_defaults(func=dev)
+
+
+async def dev(args: argparse.Namespace) -> int:
+    state = Path(os.path.abspath(args.dir))
+    env = dict(os.environ)
+    stop = stop_on_signals()
+    redis_proc: asyncio.subprocess.Process | None = None
+    children: dict[str, asyncio.subprocess.Process] = {}
+    try:
+        await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
+        if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
+            redis_proc, env["REDIS_URL"] = await _start_redis(state / "redis")
+        env = await asyncio.to_thread(_prepare_env, state, env)
+        settings = load_settings(env)  # validates everything before any child starts
+        env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
+        for name in SERVICES:
+            children[name] = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", f"pidispatch.{name}", env=env, start_new_session=True
+            )
+        if not await _wait_healthy(settings.receiver_port, children, stop):
+            return 0 if stop.is_set() else 1
+        _print_banner(env, settings.key_prefix, settings.receiver_port, settings.logs_dir)
+        return await _supervise(children, stop)
+    finally:
+        await _stop_children(children)
+        await _sweep_containers(env)
+        if redis_proc is not None:
+            await _stop_process(redis_proc, 3.0)
+
+
+def _prepare_env(state: Path, env: dict[str, str]) -> dict[str, str]:
+    """Fill what the operator did not set with the embedded default's files."""
+    env = dict(env)
+    env.setdefault("WEBHOOK_SECRET", _persistent_secret(state / "webhook-secret"))
+    env.setdefault("PI_TRIGGERS_FILE", str(_sample_triggers(state / "triggers.json")))
+    env.setdefault("PI_LOGS_DIR", str(state / "logs"))
+    env.setdefault("PI_JOBS_DIR", str(state / "jobs"))
+    # Ctrl-C must leave no container behind within the stop budget: no grace for running jobs.
+    env.setdefault("PI_SHUTDOWN_GRACE", "0")
+    return env
+
+
+async def _supervise(children: dict[str, asyncio.subprocess.Process], stop: asyncio.Event) -> int:
+    """Run until Ctrl-C (exit 0) or until any service dies (exit 1: the others are stopped)."""
+    waiters = [asyncio.ensure_future(p.wait()) for p in children.values()]
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([*waiters, stopper], return_when=asyncio.FIRST_COMPLETED)
+    for task in (*waiters, stopper):
+        task.cancel()
+    if stop.is_set():
+        return 0
+    dead = [n for n, p in children.items() if p.returncode is not None]
+    print(f"pi-dispatch dev: {', '.join(dead)} exited; stopping the rest", file=sys.stderr)
+    return 1
+
+
+async def _start_redis(data_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
+    await asyncio.to_thread(data_dir.mkdir, mode=0o700, parents=True, exist_ok=True)
+    port = free_port()
+    argv = redis_server_argv(find_redis_server(), port, data_dir, persist=True)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.returncode is not None:
+            break
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            await writer.wait_closed()
+            return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise InfraError(f"the embedded redis-server did not start; see {data_dir / 'redis.log'}")
+
+
+def _persistent_secret(path: Path) -> str:
+    """A generated secret kept across runs, so a forge configured once keeps working."""
+    if path.exists():
+        return path.read_text().strip()
+    value = secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+def _sample_triggers(path: Path) -> Path:
+    if not path.exists():
+        path.write_text(json.dumps(SAMPLE_TRIGGERS, indent=2) + "\n")
+    return path
+
+
+async def _job_image(env: dict[str, str], image: str) -> str:
+    """The image jobs run in. With nothing configured and ``pi-job:latest`` absent, use (and if needed
+    build) a tiny demo image from this machine's own binaries, so the first run needs no registry.
+    """
+    import aiodocker
+
+    try:
+        docker = aiodocker.Docker()
+    except Exception:
+        print("pi-dispatch dev: no Docker daemon reachable; events are accepted and routed, and jobs wait "
+              "in their stream until a daemon appears")
+        return image
+    try:
+        try:
+            await asyncio.wait_for(docker.version(), 3)
+        except Exception:
+            print("pi-dispatch dev: no Docker daemon reachable; events are accepted and routed, and jobs "
+                  "wait in their stream until a daemon appears")
+            return image
+        if await _image_exists(docker, image):
+            return image
+        if env.get("PI_JOB_IMAGE"):
+            print(f"pi-dispatch dev: job image {image} is missing; jobs will be refused (job-image-missing). "
+                  f"Build it, or run `pi-dispatch demo-image --tag {image}` for a demo image (no registry)")
+            return image
+        if not await _image_exists(docker, DEMO_IMAGE):
+            print(f"pi-dispatch dev: {DEFAULT_IMAGE} is missing; building the demo image {DEMO_IMAGE} "
+                  "from this machine's busybox (no registry needed)")
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "pidispatch.common.cli", "demo-image", "--tag", DEMO_IMAGE, env=env
+            )
+            if await proc.wait() != 0:
+                print("pi-dispatch dev: building the demo image failed; jobs will be refused until "
+                      f"{DEFAULT_IMAGE} exists")
+                return image
+        return DEMO_IMAGE
+    finally:
+        await docker.close()
+
+
+async def _image_exists(docker: object, ref: str) -> bool:
+    from aiodocker.exceptions import DockerError
+
+    try:
+        await docker.images.inspect(ref)  # type: ignore[attr-defined]
+        return True
+    except DockerError as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+async def _wait_healthy(
+    port: int, children: dict[str, asyncio.subprocess.Process], stop: asyncio.Event
+) -> bool:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not stop.is_set():
+        exited = [n for n, p in children.items() if p.returncode is not None]
+        if exited:
+            print(f"pi-dispatch dev: {', '.join(exited)} exited during start; see its log above",
+                  file=sys.stderr)
+            return False
+        with contextlib.suppress(OSError):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.0\r\n\r\n")
+            await writer.drain()
+            line = await reader.readline()
+            writer.close()
+            if b" 200 " in line:
+                return True
+        await asyncio.sleep(0.1)
+    if not stop.is_set():
+        print(f"pi-dispatch dev: the receiver did not answer on port {port}", file=sys.stderr)
+    return False
+
+
+def demo_delivery() -> bytes:
+    """A compact ``issues.labeled`` delivery that fires the sample rule."""
+    payload = {
+        "action": "labeled",
+        "issue": {
+            "number": 1,
+            "title": "Say hello",
+            "body": "A demo issue: the agent should leave a file in its workspace.",
+            "labels": [{"name": DEMO_LABEL}],
+        },
+        "label": {"name": DEMO_LABEL},
+        "repository": {"full_name": "demo/hello"},
+        "sender": {"id": 1, "login": "demo"},
+    }
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def signed_curl(url: str, secret: str, body: bytes, delivery: str) -> str:
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return " ".join([
+        "curl -sS -i", shlex.quote(url),
+        "-H 'Content-Type: application/json'",
+        "-H 'X-GitHub-Event: issues'",
+        "-H", shlex.quote(f"X-GitHub-Delivery: {delivery}"),
+        "-H", shlex.quote(f"X-Hub-Signature-256: {signature}"),
+        "--data-binary", shlex.quote(body.decode()),
+    ])
+
+
+def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) -> None:
+    url = f"http://127.0.0.1:{port}/github"
+    curl = signed_curl(url, env["WEBHOOK_SECRET"], demo_delivery(), str(uuid.uuid4()))
+    rc = f"{find_redis_cli() or 'redis-cli'} -u {env['REDIS_URL']}"
+    print(
+        "\n"
+        "pi-dispatch dev is running. Ctrl-C stops everything.\n"
+        f"  webhook URL  {url}\n"
+        f"  triggers     {env['PI_TRIGGERS_FILE']}\n"
+        f"  run records  {logs_dir}\n"
+        f"  job image    {env['PI_JOB_IMAGE']}\n"
+        "\nFire the sample rule (a GitHub 'issues labeled pi:demo' delivery, signed):\n\n"
+        f"{curl}\n\n"
+        "Pasting it twice gives one job (same delivery id); change X-GitHub-Delivery for another.\n"
+        "Watch it:\n"
+        f"  {rc} XRANGE {prefix}:events - +\n"
+        f"  {rc} XRANGE {prefix}:jobs - +\n"
+        f"  {rc} XINFO GROUPS {prefix}:jobs\n",
+        flush=True,
+    )
+
+
+async def _stop_process(proc: asyncio.subprocess.Process, timeout: float) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
+async def _stop_children(children: dict[str, asyncio.subprocess.Process]) -> None:
+    # The worker first: it stops its containers and records them while Redis is still up.
+    await asyncio.gather(*(_stop_process(p, STOP_BUDGET_S - 0.5) for p in children.values()))
+
+
+async def _sweep_containers(env: dict[str, str]) -> None:
+    """Belt and braces: remove any job container of this dev worker that outlived it."""
+    import aiodocker
+
+    try:
+        host = load_settings(env).worker_name
+        docker = aiodocker.Docker()
+    except Exception:
+        return
+    try:
+        found = await asyncio.wait_for(
+            docker.containers.list(all="1", filters=json.dumps({"label": [f"pd.host={host}"]})), 3
+        )
+        for c in found:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.delete(force=True), 3)
+    except Exception:
+        return
+    finally:
+        await docker.close()

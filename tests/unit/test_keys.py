@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from pidispatch.common.keys import Keys
+
+
+def test_names_follow_the_design_keyspace() -> None:
+    k = Keys("pd")
+    assert k.events == "pd:events"
+    assert k.seen("github", "abc") == "pd:seen:github:abc"
+    assert k.event("github", "abc") == "pd:event:github:abc"
+    assert k.jobs == "pd:jobs"
+    assert k.host_jobs("mini1") == "pd:jobs:mini1"
+    assert k.jobid("gh-abc") == "pd:jobid:gh-abc"
+    assert k.dedup("o/r#7:fix") == "pd:dedup:o/r#7:fix"
+    assert k.job("gh-abc") == "pd:job:gh-abc"
+    assert k.dead == "pd:dead"
+    assert k.host("mini1") == "pd:host:mini1"
+    assert k.runs_index == "pd:runs:index"
+    assert k.run_rec("gh-abc") == "pd:runs:rec:gh-abc"
+    assert k.cancel("x") == "pd:cancel:x"
+    assert k.cancel_ack("x") == "pd:cancel-ack:x"
+
+
+def test_prefix_isolates_deployments() -> None:
+    assert Keys("t1").jobs != Keys("t2").jobs
+
+
+@pytest.mark.parametrize("prefix", ["", "a b", "a:b", "x" * 33])
+def test_bad_prefix_refused(prefix: str) -> None:
+    with pytest.raises(ValueError):
+        Keys(prefix)
