@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 async def dev(args: argparse.Namespace) -> int:
-    state = Path(os.path.abspath(args.dir))
+    state = await asyncio.to_thread(Path(args.dir).resolve)
     env = dict(os.environ)
     stop = stop_on_signals()
     redis_proc: asyncio.subprocess.Process | None = None
