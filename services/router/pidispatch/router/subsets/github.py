@@ -1,0 +1,184 @@
+"""The GitHub payload subset (spec ingest §2.1): the only fields the filter may read.
+
+Decoding is tolerant of unknown fields and of odd values where the filter owns the verdict (a string
+``sender.id`` must reach the filter as "not a number", not become a crash or a coercion). A body whose
+shape is impossible (``issue`` is a string, the root is an array) raises ``MalformedPayload``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class MalformedPayload(ValueError):
+    """The body cannot be a GitHub delivery of this shape; the entry is parked, never retried."""
+
+
+# Wire shapes: fields the filter judges are ``Any``; fields only copied into a job are typed, so a job
+# never carries a value the worker could not decode.
+class _Sender(msgspec.Struct):
+    id: Any = None
+    login: str | None = None
+
+
+class _Repository(msgspec.Struct):
+    full_name: str | None = None
+
+
+class _Issue(msgspec.Struct):
+    number: Any = None
+    title: str | None = None
+    body: str | None = None
+    labels: Any = None
+    pull_request: Any = None
+
+
+class _Comment(msgspec.Struct):
+    body: str | None = None
+    author_association: str | None = None
+
+
+class _HeadRepo(msgspec.Struct):
+    full_name: str | None = None
+
+
+class _Head(msgspec.Struct):
+    ref: str | None = None
+    sha: str | None = None
+    repo: _HeadRepo | None = None
+
+
+class _Base(msgspec.Struct):
+    ref: str | None = None
+
+
+class _PullRequest(msgspec.Struct):
+    number: Any = None
+    title: str | None = None
+    body: str | None = None
+    author_association: str | None = None
+    labels: Any = None
+    head: _Head | None = None
+    base: _Base | None = None
+
+
+class _Review(msgspec.Struct):
+    id: Any = None
+    body: str | None = None
+    state: Any = None
+    author_association: str | None = None
+
+
+class _Payload(msgspec.Struct):
+    action: str | None = None
+    sender: _Sender | None = None
+    repository: _Repository | None = None
+    issue: _Issue | None = None
+    comment: _Comment | None = None
+    pull_request: _PullRequest | None = None
+    review: _Review | None = None
+
+
+_decoder = msgspec.json.Decoder(_Payload)
+
+
+# The projected subset.
+class IssueSubset(msgspec.Struct, frozen=True, kw_only=True):
+    number: Any
+    title: str | None
+    body: str | None
+    labels: tuple[str, ...]
+    is_pull_request: bool
+
+
+class CommentSubset(msgspec.Struct, frozen=True, kw_only=True):
+    body: str | None
+    author_association: str | None
+
+
+class PullRequestSubset(msgspec.Struct, frozen=True, kw_only=True):
+    number: Any
+    title: str | None
+    body: str | None
+    author_association: str | None
+    labels: tuple[str, ...]
+    head_ref: str | None
+    head_sha: str | None
+    head_repo: str | None
+    base_ref: str | None
+
+
+class ReviewSubset(msgspec.Struct, frozen=True, kw_only=True):
+    id: Any
+    body: str | None
+    state: Any
+    author_association: str | None
+
+
+class GitHubSubset(msgspec.Struct, frozen=True, kw_only=True):
+    action: str | None = None
+    sender_id: Any = None
+    # Only for the closer permission lookup (issue #4); never logged, never enqueued.
+    sender_login: str | None = None
+    repository: str | None = None
+    issue: IssueSubset | None = None
+    comment: CommentSubset | None = None
+    pull_request: PullRequestSubset | None = None
+    review: ReviewSubset | None = None
+
+
+def label_names(raw: Any) -> tuple[str, ...]:
+    """Names of ``[{name}]``; a non-array is no labels, and only string names count."""
+    if not isinstance(raw, list):
+        return ()
+    return tuple(item["name"] for item in raw if isinstance(item, dict) and isinstance(item.get("name"), str))
+
+
+def project(body: str | bytes) -> GitHubSubset:
+    """Decode the raw delivery text into the subset, or raise ``MalformedPayload``."""
+    try:
+        p = _decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        # The message names a JSON path and an expected type, never a payload value.
+        raise MalformedPayload(f"github payload does not decode: {exc}") from None
+    return GitHubSubset(
+        action=p.action,
+        sender_id=p.sender.id if p.sender else None,
+        sender_login=p.sender.login if p.sender else None,
+        repository=p.repository.full_name if p.repository else None,
+        issue=_issue(p.issue),
+        comment=CommentSubset(body=p.comment.body, author_association=p.comment.author_association)
+        if p.comment
+        else None,
+        pull_request=_pull_request(p.pull_request),
+        review=_review(p.review),
+    )
+
+
+def _issue(i: _Issue | None) -> IssueSubset | None:
+    if i is None:
+        return None
+    return IssueSubset(
+        number=i.number, title=i.title, body=i.body, labels=label_names(i.labels),
+        is_pull_request=i.pull_request is not None,
+    )
+
+
+def _pull_request(pr: _PullRequest | None) -> PullRequestSubset | None:
+    if pr is None:
+        return None
+    head = pr.head or _Head()
+    return PullRequestSubset(
+        number=pr.number, title=pr.title, body=pr.body, author_association=pr.author_association,
+        labels=label_names(pr.labels), head_ref=head.ref, head_sha=head.sha,
+        head_repo=head.repo.full_name if head.repo else None, base_ref=pr.base.ref if pr.base else None,
+    )
+
+
+def _review(r: _Review | None) -> ReviewSubset | None:
+    if r is None:
+        return None
+    state = r.state.lower() if isinstance(r.state, str) else r.state
+    return ReviewSubset(id=r.id, body=r.body, state=state, author_association=r.author_association)

@@ -1,0 +1,328 @@
+"""The router against a real redis-server: what it enqueues, what it records, and what survives a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from pidispatch.common.keys import ROUTER_GROUP, Keys
+from pidispatch.common.models import Event, job_from_fields
+from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.runtime import now_ms
+from pidispatch.common.settings import Settings, load_settings
+from pidispatch.common.streams import ensure_group, read_group
+from pidispatch.router import service
+from pidispatch.router.match.github import Fire
+from pidispatch.router.service import Router, choose_minid, run_router, trim_events
+from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
+from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, wait_for
+
+LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # issue #1, label "bug"
+BUG_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}
+CRON = {"on": {"type": "cron", "id": "n", "pattern": "0 3 * * *"}, "run": {"kind": "local"}}
+
+
+def rules_of(*entries: dict[str, Any]) -> Rules:
+    return parse_triggers(json.dumps({"triggers": list(entries)}))
+
+
+def settings_for(env: dict[str, str], **extra: str) -> Settings:
+    return load_settings({**env, **extra})
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+async def append(
+    redis: Redis, keys: Keys, *, delivery: str | None = None, body: str = LABELED, event: str = "issues",
+    forge: str = "github",
+) -> tuple[str, str]:
+    delivery = delivery or str(uuid.uuid4())
+    fields = Event(forge=forge, event=event, delivery=delivery, received_at=now_ms(), body=body).to_fields()
+    return delivery, _s(await redis.xadd(keys.events, fields))  # type: ignore[arg-type]
+
+
+async def decision(redis: Redis, keys: Keys, delivery: str, forge: str = "github") -> dict[str, str]:
+    raw = await redis.hgetall(keys.event(forge, delivery))
+    return {_s(k): _s(v) for k, v in raw.items()}
+
+
+async def pending(redis: Redis, keys: Keys) -> int:
+    return int((await redis.xpending(keys.events, ROUTER_GROUP))["pending"])
+
+
+async def _zero(redis: Redis, keys: Keys) -> bool:
+    return await pending(redis, keys) == 0
+
+
+@asynccontextmanager
+async def running_router(
+    settings: Settings, redis: Redis, keys: Keys, rules: Rules, consumer: str = "router-a"
+) -> AsyncIterator[asyncio.Task[None]]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_router(settings, redis, keys, RulesRef(rules), stop, now_ms, consumer=consumer)
+    )
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)  # re-raises if the router crashed
+
+
+async def test_router_enqueues_one_job_for_a_matching_label(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    async with running_router(settings_for(base_env), redis, keys, rules_of(CRON, BUG_RULE)):
+        delivery, entry = await append(redis, keys)
+        d = await wait_for(lambda: decision(redis, keys, delivery), what="the decision hash")
+    [(_, fields)] = await redis.xrange(keys.jobs)
+    job, attempt = job_from_fields(fields)
+    assert (job.id, job.kind, job.repo, attempt) == (f"gh-{delivery}", "github", "Codertocat/Hello-World", 1)
+    assert (job.target.type, job.target.number) == ("issue", 1)  # type: ignore[union-attr]
+    assert job.flow == "fix" and job.enqueued_at is not None
+    matched = job.trigger.matched  # type: ignore[union-attr]
+    assert (matched.index, matched.type, matched.label) == (1, "label", "bug")  # type: ignore[union-attr]
+    assert job.trigger.sender.id == 21031067  # type: ignore[union-attr]
+
+    assert d["outcome"] == "queued" and d["reason"] == ""
+    assert d["jobs"] == f"gh-{delivery}" and d["trigger"] == "1" and d["entry"] == entry
+    assert int(d["decidedAt"]) > 0
+    assert 0 < await redis.ttl(keys.event("github", delivery)) <= 7 * 24 * 3600
+    assert await pending(redis, keys) == 0  # acked in the same MULTI
+    assert await redis.get(keys.dedup("Codertocat/Hello-World#1:fix")) == f"gh-{delivery}".encode()
+
+
+async def test_router_fans_out_replicas_into_distinct_jobs(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    rule = {**BUG_RULE, "run": {"kind": "github", "flow": "fix", "replicas": 2}}
+    async with running_router(settings_for(base_env), redis, keys, rules_of(rule)):
+        delivery, _ = await append(redis, keys)
+        d = await wait_for(lambda: decision(redis, keys, delivery), what="the decision hash")
+    ids = [job_from_fields(f)[0].id for _, f in await redis.xrange(keys.jobs)]
+    assert ids == [f"gh-{delivery}-r1", f"gh-{delivery}-r2"]
+    assert d["jobs"] == ",".join(ids) and d["outcome"] == "queued"
+
+
+async def test_router_records_drop_reason_and_enqueues_nothing(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    only_other_label = {"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}
+    ping = (FIXTURES / "github" / "ping.json").read_text()
+    async with running_router(settings_for(base_env), redis, keys, rules_of(only_other_label)):
+        no_label, _ = await append(redis, keys)
+        pinged, _ = await append(redis, keys, event="ping", body=ping)
+        gitlab, _ = await append(redis, keys, forge="gitlab", event="Issue Hook", body="{}")
+        drops = {}
+        for delivery, forge in ((no_label, "github"), (pinged, "github"), (gitlab, "gitlab")):
+            drops[delivery] = await wait_for(lambda d=delivery, f=forge: decision(redis, keys, d, f),
+                                             what="a drop decision")
+    assert drops[no_label]["outcome"] == "dropped" and drops[no_label]["reason"] == "no-allowlisted-label"
+    assert drops[pinged]["reason"] == "unhandled-event"
+    assert drops[gitlab]["reason"] == "forge-not-enabled"
+    assert all(d["jobs"] == "" and d["trigger"] == "" for d in drops.values())
+    assert await redis.xlen(keys.jobs) == 0
+    assert await pending(redis, keys) == 0
+
+
+async def test_a_second_delivery_for_the_same_issue_and_flow_is_deduplicated(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    async with running_router(settings_for(base_env), redis, keys, rules_of(BUG_RULE)):
+        first, _ = await append(redis, keys)
+        await wait_for(lambda: decision(redis, keys, first), what="the first decision")
+        second, _ = await append(redis, keys)
+        d = await wait_for(lambda: decision(redis, keys, second), what="the second decision")
+    assert d["outcome"] == "deduplicated" and d["jobs"] == f"gh-{first}"
+    assert await redis.xlen(keys.jobs) == 1
+
+
+async def test_router_reprocessing_after_crash_before_ack_creates_no_duplicate_job(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    settings = settings_for(base_env, PD_CLAIM_IDLE_MS="100")
+    rules = rules_of(BUG_RULE)
+    delivery, entry = await append(redis, keys)
+    # Router "dead" reads the entry and enqueues its job, then dies before recording and acking.
+    await ensure_group(redis, keys.events, ROUTER_GROUP)
+    [(_, entry_id, fields)] = await read_group(redis, ROUTER_GROUP, "router-dead", {keys.events: ">"}, 10)
+    dead = Router(settings, redis, keys, RulesRef(rules), now_ms, "router-dead", None)
+    event = Event.from_fields(fields)
+    fire = dead.decide(event)
+    assert isinstance(fire, Fire)
+    await dead.enqueue_jobs(event, fire)
+    assert await redis.xlen(keys.jobs) == 1 and await pending(redis, keys) == 1
+
+    # A peer claims the idle entry and re-processes it: the job already exists, nothing is added twice.
+    async with running_router(settings, redis, keys, rules, consumer="router-peer"):
+        d = await wait_for(lambda: decision(redis, keys, delivery), what="the peer's decision")
+        await wait_for(lambda: _zero(redis, keys), what="the entry to be acked")
+    assert d["outcome"] == "queued" and d["jobs"] == f"gh-{delivery}" and d["entry"] == entry_id == entry
+    assert await redis.xlen(keys.jobs) == 1
+
+
+async def test_restarted_router_finishes_its_own_pending_entries_first(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """A router SIGKILLed after reading leaves the entry pending under its name; the same name restarted
+    (claim idle 60 s, so no claim can be what rescues it) re-reads its own pending list and routes it."""
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
+    delivery, _ = await append(redis, keys)
+    await ensure_group(redis, keys.events, ROUTER_GROUP)
+    await read_group(redis, ROUTER_GROUP, "router-a", {keys.events: ">"}, 10)
+
+    proc = ServiceProcess("router", {**base_env, "PD_ROUTER_NAME": "router-a"}, tmp_path / "router.log")
+    proc.start()
+    try:
+        d = await wait_for(lambda: decision(redis, keys, delivery), timeout=15, what="the decision hash")
+        started = await wait_for(lambda: proc.logged("router_started"), what="router_started")
+    finally:
+        code = proc.stop()
+    assert d["outcome"] == "queued" and await redis.xlen(keys.jobs) == 1
+    assert started[0]["consumer"] == "router-a"
+    assert proc.logged("self_identity")[0]["resolved"] is False
+    assert code == 0  # SIGTERM is a clean shutdown
+    assert "Codertocat" not in (tmp_path / "router.log").read_text()  # no logins, titles or repos in logs
+
+
+async def test_poison_event_goes_to_dead_and_does_not_block_the_next(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    async with running_router(settings_for(base_env), redis, keys, rules_of(BUG_RULE)):
+        missing = _s(await redis.xadd(keys.events, {"forge": "github", "event": "issues"}))
+        _, bad_shape = await append(redis, keys, body='{"action": "labeled", "issue": "a string"}')
+        good, _ = await append(redis, keys)
+        await wait_for(lambda: decision(redis, keys, good), what="the good event's decision")
+        await wait_for(lambda: _zero(redis, keys), what="every entry finished")
+    dead = await redis.xrange(keys.dead)
+    parked = {_s(f[b"entry"]): {_s(k): _s(v) for k, v in f.items()} for _, f in dead}
+    assert set(parked) == {missing, bad_shape}
+    assert all(p["reason"] == "malformed-event" and p["source"] == keys.events for p in parked.values())
+    assert parked[bad_shape]["body"] == '{"action": "labeled", "issue": "a string"}'  # kept for replay
+    assert await redis.xlen(keys.jobs) == 1
+
+
+async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deliveries(
+    base_env: dict[str, str], redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_decide = service.decide
+    calls: list[str] = []
+
+    def flaky(event_name: str, subset: Any, rules: Rules, self_id: int | None, delivery: str) -> Any:
+        if delivery == "boom":
+            calls.append(delivery)
+            raise RuntimeError("bug in a filter")
+        return real_decide(event_name, subset, rules, self_id, delivery)
+
+    monkeypatch.setattr(service, "decide", flaky)
+    settings = settings_for(base_env, PD_CLAIM_IDLE_MS="100", PD_MAX_DELIVERIES="2")
+    async with running_router(settings, redis, keys, rules_of(BUG_RULE)):
+        _, boom_entry = await append(redis, keys, delivery="boom")
+        good, _ = await append(redis, keys)
+        # The failing entry does not hold up the one behind it.
+        await wait_for(lambda: decision(redis, keys, good), what="the good event's decision")
+        [(_, parked)] = await wait_for(lambda: redis.xrange(keys.dead), what="the entry parked in dead")
+    assert _s(parked[b"entry"]) == boom_entry and _s(parked[b"reason"]) == "processing-failed"
+    assert _s(parked[b"deliveries"]) == "2" and calls == ["boom", "boom"]
+    assert await pending(redis, keys) == 0
+    assert await decision(redis, keys, "boom") == {}
+
+
+async def test_router_survives_redis_restart(base_env: dict[str, str], keys: Keys, tmp_path: Path) -> None:
+    server = RedisProcess(tmp_path / "redis")
+    server.start()
+    router_client = create_redis(server.url)
+    settings = settings_for(base_env, REDIS_URL=server.url)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            async with running_router(settings, router_client, keys, rules_of(BUG_RULE)):
+                before = create_redis(server.url)
+                first, _ = await append(before, keys)
+                await wait_for(lambda: decision(before, keys, first), what="the first decision")
+                await before.aclose()
+                await asyncio.to_thread(server.stop)
+                await wait_for(lambda: any(e["event"] == "redis_unreachable" for e in logs),
+                               what="redis_unreachable")
+                await asyncio.to_thread(server.start)
+                # The restarted Redis is empty: the router must recreate its group and keep routing.
+                after = create_redis(server.url)
+                second, _ = await append(after, keys)
+                d = await wait_for(lambda: decision(after, keys, second), timeout=20,
+                                   what="the second decision")
+                await after.aclose()
+        assert d["outcome"] == "queued"
+        events = [e["event"] for e in logs]
+        assert events.count("redis_unreachable") == 1 and events.count("redis_restored") == 1
+    finally:
+        await router_client.aclose()
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("triggers", "extra_env", "named"),
+    [
+        ({"triggers": [BUG_RULE, {"on": {"type": "label", "any": "bug"},
+                                  "run": {"kind": "github", "flow": "x"}}]}, {}, "triggers[1].on.any"),
+        ({"triggers": [BUG_RULE]}, {"GITHUB_AUTH_SOURCE": "pat"}, "GITHUB_SELF_ID"),
+        ({"triggers": [BUG_RULE]}, {"PD_ROUTER_NAME": "bad name"}, "PD_ROUTER_NAME"),
+    ],
+)
+def test_router_refuses_bad_triggers_file_with_exit_2(
+    base_env: dict[str, str], triggers: dict[str, Any], extra_env: dict[str, str], named: str
+) -> None:
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps(triggers))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pidispatch.router"], env={**base_env, **extra_env}, capture_output=True,
+        text=True, timeout=30, check=False,
+    )
+    assert proc.returncode == 2
+    assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- trimming pd:events -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("groups", "nth", "expected"),
+    [
+        ([("5-0", "9-0")], None, None),  # not over the cap: nothing to trim
+        ([], "7-0", None),  # no group: every entry is unread work
+        ([(None, "0-0")], "7-0", None),  # nothing delivered yet
+        ([("5-0", "9-0")], "7-0", "5-0"),  # the oldest pending entry bounds the trim
+        ([(None, "9-0")], "7-0", "7-0"),  # all finished: keep MAXLEN
+        ([(None, "3-1")], "7-0", "3-1"),  # never past the last delivered entry
+        ([(None, "9-0"), ("4-2", "9-0")], "7-0", "4-2"),  # the slowest group wins
+        ([(None, "10-0")], "9-5", "9-5"),  # ids compare numerically, not as text
+    ],
+)
+def test_choose_minid(groups: list[tuple[str | None, str]], nth: str | None, expected: str | None) -> None:
+    assert choose_minid(groups, nth) == expected
+
+
+async def test_trimming_never_drops_an_entry_the_group_has_not_finished(redis: Redis, keys: Keys) -> None:
+    stream = keys.events
+    ids = [_s(await redis.xadd(stream, {"n": str(i)})) for i in range(300)]
+    assert await trim_events(redis, stream, 50, approximate=False) is None  # no group yet: keep everything
+    await ensure_group(redis, stream, ROUTER_GROUP)
+    read = await read_group(redis, ROUTER_GROUP, "c", {stream: ">"}, count=250)
+    await redis.xack(stream, ROUTER_GROUP, *[entry_id for _, entry_id, _ in read[:200]])
+
+    assert await trim_events(redis, stream, 50, approximate=False) == ids[200]
+    assert _s((await redis.xrange(stream, count=1))[0][0]) == ids[200]  # the oldest pending survives
+    assert await redis.xlen(stream) == 100
+
+    await redis.xack(stream, ROUTER_GROUP, *[entry_id for _, entry_id, _ in read[200:]])
+    assert await trim_events(redis, stream, 50, approximate=False) == ids[249]  # last delivered
+    assert await redis.xlen(stream) == 51
