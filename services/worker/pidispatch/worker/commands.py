@@ -1,7 +1,72 @@
+"""The worker's CLI verbs: ``pi-dispatch worker`` and ``pi-dispatch demo-image``."""
+
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+from pidispatch.common.settings import Settings
+
+if TYPE_CHECKING:
+    import aiodocker
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Placeholder until the service lands."""
+    p = sub.add_parser("worker", help="run jobs from the job stream in locked-down containers")
+    p.set_defaults(func=worker_command)
+    d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")
+    d.add_argument("--tag", default=Settings().job_image, help="image tag (default %(default)s)")
+    d.set_defaults(func=demo_image_command)
+
+
+def create_docker() -> aiodocker.Docker:
+    """A client even when no daemon is there yet: the worker must start and wait for Docker."""
+    import aiodocker
+    import aiohttp
+
+    # Short calls (create, inspect, stop) fail fast on a hung daemon; long ones (wait, attach) set their own.
+    timeout = aiohttp.ClientTimeout(total=60, connect=5, sock_connect=5)
+    try:
+        return aiodocker.Docker(timeout=timeout)
+    except Exception:
+        # No socket found at construction; calls fail (and are retried) until a daemon appears.
+        return aiodocker.Docker(url=DEFAULT_SOCKET, timeout=timeout)
+
+
+async def worker_main() -> int:
+    # Imported here so `pi-dispatch --help` stays light.
+    import structlog
+
+    from pidispatch.common.keys import Keys
+    from pidispatch.common.log import configure_logging
+    from pidispatch.common.redis import create_redis
+    from pidispatch.common.runtime import now_ms, stop_on_signals
+    from pidispatch.common.settings import load_settings
+    from pidispatch.worker.service import run_worker
+
+    configure_logging("worker")
+    settings = load_settings()
+    structlog.contextvars.bind_contextvars(host=settings.worker_name)
+    stop = stop_on_signals()
+    redis = create_redis(settings.redis_url)
+    docker = create_docker()
+    try:
+        await run_worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms)
+    finally:
+        await docker.close()
+        await redis.aclose()
+    return 0
+
+
+def worker_command(args: argparse.Namespace) -> object:
+    return worker_main()
+
+
+async def demo_image_command(args: argparse.Namespace) -> int:
+    from pidispatch.worker.image import DEMO_AGENT_SCRIPT, build_image
+
+    await build_image(args.tag, DEMO_AGENT_SCRIPT)
+    print(f"built {args.tag}; point PI_JOB_IMAGE at it to run the demo agent")
+    return 0

@@ -1,0 +1,437 @@
+"""The worker against a real Redis and a real Docker daemon, run in-process with a stop event.
+
+Jobs are enqueued the way the router does (``job_to_fields`` + XADD); the test image's agent reads
+``pd-test exit=<n> sleep=<s>`` from the issue body in its prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import pytest
+from structlog.testing import capture_logs
+
+from pidispatch.common.keys import WORKER_GROUP, Keys
+from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields
+from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.runtime import now_ms
+from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker.service import run_worker
+from tests.helpers import RedisProcess, ServiceProcess, load_fixture, wait_for
+
+
+@pytest.fixture
+def worker_name(key_prefix: str) -> str:
+    return f"w-{key_prefix}"
+
+
+@pytest.fixture
+def env(base_env: dict[str, str], worker_name: str, test_image: str) -> dict[str, str]:
+    return {
+        **base_env,
+        "PI_WORKER_NAME": worker_name,
+        "PI_JOB_IMAGE": test_image,
+        "PI_JOB_MEMORY": "256m",
+        "PI_JOB_CPUS": "1",
+        "PI_CONCURRENCY": "2",
+    }
+
+
+@pytest.fixture
+async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodocker.Docker]:
+    client = aiodocker.Docker()
+    yield client
+    # No container may outlive its test, whatever the test did.
+    leftovers = json.dumps({"label": [f"pd.host={worker_name}"]})
+    for c in await client.containers.list(all=True, filters=leftovers):
+        with contextlib.suppress(aiodocker.DockerError):
+            await c.delete(force=True)
+    await client.close()
+
+
+def issue_job(steer: str, *, number: int = 1) -> Job:
+    p = load_fixture("github/issues.labeled.json")
+    delivery = str(uuid.uuid4())
+    return Job(
+        id=f"gh-{delivery}", kind="github", repo=p["repository"]["full_name"], flow="triage",
+        target=Target(type="issue", number=number, title=p["issue"]["title"],
+                      body=f"{p['issue']['body']}\n\npd-test {steer}"),
+        trigger=Trigger(
+            event="issues", action="labeled", delivery_id=delivery, sender=Sender(id=p["sender"]["id"]),
+            matched=Matched(index=0, type="label", label="bug"),
+        ),
+    )
+
+
+async def enqueue(redis: Redis, keys: Keys, job: Job) -> str:
+    entry_id = await redis.xadd(keys.jobs, job_to_fields(job))
+    return entry_id.decode()
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> AsyncIterator[tuple[Settings, asyncio.Event, asyncio.Task[None]]]:
+    settings = load_settings(env)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(settings, redis, keys, docker, stop, now_ms))
+    try:
+        yield settings, stop, task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def record(settings: Settings, job: Job, timeout: float = 30) -> dict[str, Any]:
+    path = Path(settings.logs_dir) / f"{job.id}.json"
+    await wait_for(path.exists, timeout, what=f"run record of {job.id}")
+    return json.loads(path.read_text())
+
+
+async def job_containers(docker: aiodocker.Docker, job: Job) -> list[Any]:
+    return await docker.containers.list(all=True, filters=json.dumps({"label": [f"pd.job={job.id}"]}))
+
+
+async def pending_ids(redis: Redis, keys: Keys) -> list[str]:
+    rows = await redis.xpending_range(keys.jobs, WORKER_GROUP, min="-", max="+", count=100)
+    return [r["message_id"].decode() for r in rows]
+
+
+async def state(redis: Redis, keys: Keys, job: Job) -> dict[str, str]:
+    raw = await redis.hgetall(keys.job(job.id))
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+async def test_worker_runs_job_in_isolated_container_and_records_completed(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, worker_name: str
+) -> None:
+    job = issue_job("exit=0 sleep=3")
+    async with running_worker(env, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, job)
+        containers = await wait_for(lambda: job_containers(docker, job), 20, what="the job's container")
+        info = await containers[0].show()
+        host = info["HostConfig"]
+        assert host["CapDrop"] == ["ALL"]
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["PidsLimit"] == 512
+        assert host["Memory"] == host["MemorySwap"] == 256 * 1024**2
+        assert host["NanoCpus"] == 1_000_000_000
+        assert host["Init"] is True and host["AutoRemove"] is True and host["Privileged"] is False
+        assert info["Config"]["User"] == "1000:1000"
+        assert info["Config"]["Labels"] == {"pd.job": job.id, "pd.host": worker_name}
+        assert info["Name"] == f"/pi-job-{job.id}"
+        mounts = {m["Destination"]: m for m in info["Mounts"]}
+        assert mounts["/job"]["RW"] is False and mounts["/workspace"]["RW"] is True
+        assert not any(e.startswith(("REDIS_URL=", "PD_KEY_PREFIX=")) for e in info["Config"]["Env"])
+
+        # The agent writes before it sleeps: the file is there while the container still runs.
+        marker = Path(mounts["/workspace"]["Source"]) / "agent-was-here"
+        await wait_for(marker.exists, 10, what="the agent's marker file")
+        assert marker.read_text().strip() == "1000"
+        assert marker.stat().st_uid == 1000
+        st = await state(redis, keys, job)
+        assert st["state"] == "running" and st["host"] == worker_name and st["attempt"] == "1"
+        assert st["container"] == info["Id"]
+
+        rec = await record(settings, job)
+        assert (rec["outcome"], rec["reason"], rec["exitCode"], rec["turns"]) == ("completed", None, 0, 1)
+        assert rec["tokens"] == {"input": 1, "output": 1, "total": 2, "cost": 0}
+        assert rec["target"] == "Codertocat/Hello-World#1" and rec["host"] == worker_name
+        await wait_for(lambda: _acked(redis, keys), 10, what="the entry to be acked")
+        assert await job_containers(docker, job) == []
+        assert not Path(mounts["/job"]["Source"]).exists()
+        assert (await state(redis, keys, job))["state"] == "completed"
+
+
+async def _acked(redis: Redis, keys: Keys) -> bool:
+    return await pending_ids(redis, keys) == []
+
+
+async def test_exit_code_decides_the_recorded_outcome(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    policy, failed = issue_job("exit=2"), issue_job("exit=1")
+    async with running_worker(env, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, policy)
+        await enqueue(redis, keys, failed)
+        rec_policy, rec_failed = await record(settings, policy), await record(settings, failed)
+        await wait_for(lambda: _acked(redis, keys), 10, what="both entries to be acked")
+    assert (rec_policy["outcome"], rec_policy["reason"], rec_policy["exitCode"]) == (
+        "policy", "runner-policy", 2,
+    )
+    assert (rec_failed["outcome"], rec_failed["reason"], rec_failed["exitCode"]) == (
+        "failed", "container-exit-1", 1,
+    )
+
+
+async def test_missing_image_is_refused_without_starting_a_container(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    job = issue_job("exit=0")
+    env = {**env, "PI_JOB_IMAGE": f"pd-test-missing-{uuid.uuid4().hex[:8]}:nope"}
+    async with running_worker(env, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, job)
+        rec = await record(settings, job)
+        await wait_for(lambda: _acked(redis, keys), 10, what="the refused entry to be acked")
+        st = await state(redis, keys, job)
+    assert (rec["outcome"], rec["reason"], rec["exitCode"], rec["turns"]) == (
+        "policy", "job-image-missing", None, None,
+    )
+    assert st["container"] == "" and st["state"] == "policy"
+    assert await job_containers(docker, job) == []
+    assert os.listdir(settings.jobs_dir) == []  # refused before the workspace was made
+
+
+async def test_worker_reads_no_more_entries_than_free_slots(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    first, second = issue_job("exit=0 sleep=3"), issue_job("exit=0")
+    async with running_worker({**env, "PI_CONCURRENCY": "1"}, redis, keys, docker) as (settings, _, _):
+        first_entry = await enqueue(redis, keys, first)
+        await enqueue(redis, keys, second)
+        await wait_for(lambda: _is_running(redis, keys, first), 20, what="the first job to run")
+        # The second entry is undelivered, not pending: a peer with a free slot could still take it.
+        assert await pending_ids(redis, keys) == [first_entry]
+        assert await redis.hgetall(keys.job(second.id)) == {}
+        assert (await record(settings, second))["outcome"] == "completed"
+        assert (await record(settings, first))["outcome"] == "completed"
+
+
+async def _is_running(redis: Redis, keys: Keys, job: Job) -> bool:
+    return (await state(redis, keys, job)).get("state") == "running"
+
+
+async def test_worker_shutdown_aborts_running_job_and_leaves_no_container(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    job = issue_job("exit=0 sleep=120")
+    no_grace = {**env, "PI_SHUTDOWN_GRACE": "0"}
+    async with running_worker(no_grace, redis, keys, docker) as (settings, stop, task):
+        await enqueue(redis, keys, job)
+        await wait_for(lambda: _is_running(redis, keys, job), 20, what="the job to run")
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    rec = await record(settings, job, timeout=1)
+    assert (rec["outcome"], rec["reason"]) == ("policy", "worker-abort")
+    assert await pending_ids(redis, keys) == []
+    assert await job_containers(docker, job) == []
+    assert os.listdir(settings.jobs_dir) == []
+
+
+async def test_malformed_entry_goes_to_dead_and_is_acked(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    async with running_worker(env, redis, keys, docker):
+        entry = (await redis.xadd(keys.jobs, {"id": "gh-x", "kind": "github", "job": "{not json"})).decode()
+        dead = await wait_for(lambda: redis.xrange(keys.dead), 10, what="the dead entry")
+        await wait_for(lambda: _acked(redis, keys), 10, what="the malformed entry to be acked")
+    fields = {k.decode(): v.decode() for k, v in dead[0][1].items()}
+    assert (fields["reason"], fields["entry"], fields["source"]) == ("malformed-job", entry, keys.jobs)
+
+
+async def test_worker_without_docker_stays_up_and_leaves_jobs_in_the_stream(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    docker = aiodocker.Docker(url=f"unix://{tmp_path}/no-docker.sock")
+    job = issue_job("exit=0")
+    try:
+        with capture_logs() as logs:
+            async with running_worker(base_env, redis, keys, docker) as (_, _, task):
+                await enqueue(redis, keys, job)
+                await wait_for(lambda: any(e["event"] == "docker_unreachable" for e in logs), 10,
+                               what="docker_unreachable")
+                assert not task.done()
+            events = [e["event"] for e in logs]
+    finally:
+        await docker.close()
+    assert events.count("docker_unreachable") == 1
+    assert "worker_started" in events
+    unreachable = next(e for e in logs if e["event"] == "docker_unreachable")
+    assert "jobs wait in their stream" in unreachable["hint"]
+    # Nothing was read: the job is still undelivered, ready for a worker that has Docker.
+    assert await pending_ids(redis, keys) == []
+    assert await redis.xlen(keys.jobs) == 1
+
+
+async def test_job_past_its_timeout_is_stopped_and_recorded_worker_abort(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    job = issue_job("exit=0 sleep=60")
+    async with running_worker({**env, "PI_JOB_TIMEOUT": "1"}, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, job)
+        rec = await record(settings, job)
+        await wait_for(lambda: _acked(redis, keys), 10, what="the entry to be acked")
+    assert (rec["outcome"], rec["reason"]) == ("policy", "worker-abort")
+    assert rec["turns"] == 1  # the exit line printed before the stop is still read
+    assert await job_containers(docker, job) == []
+
+
+async def test_restarted_worker_reattaches_to_its_running_container_instead_of_starting_another(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    job = issue_job("exit=0 sleep=3")
+    first = ServiceProcess("worker", env, tmp_path / "worker-1.log")
+    second = ServiceProcess("worker", env, tmp_path / "worker-2.log")
+    try:
+        first.start()
+        await enqueue(redis, keys, job)
+        await wait_for(lambda: _is_running(redis, keys, job), 20, what="the job to run")
+        container = (await state(redis, keys, job))["container"]
+        first.kill()  # SIGKILL: no shutdown, the entry stays pending and the container keeps running
+        second.start()
+        await wait_for(lambda: second.logged("job_finished"), 20, what="the restarted worker to finish")
+        assert second.stop() == 0
+    finally:
+        first.stop()
+        second.stop()
+    assert second.logged("job_reattached")[0]["container"] == container[:12]
+    assert second.logged("job_started") == []
+    rec = json.loads((Path(env["PI_LOGS_DIR"]) / f"{job.id}.json").read_text())
+    assert (rec["outcome"], rec["exitCode"]) == ("completed", 0)
+    assert rec["turns"] == 1  # output printed before the re-attach is replayed
+    assert (await state(redis, keys, job))["container"] == container
+    assert await pending_ids(redis, keys) == []
+    assert await job_containers(docker, job) == []
+    assert os.listdir(env["PI_JOBS_DIR"]) == []
+
+
+async def deliver_to(redis: Redis, keys: Keys, consumer: str, job: Job) -> str:
+    """Enqueue and deliver to ``consumer`` without acking: what a worker that died mid-job leaves."""
+    entry_id = await enqueue(redis, keys, job)
+    await redis.xgroup_create(keys.jobs, WORKER_GROUP, id="0", mkstream=True)
+    await redis.xreadgroup(WORKER_GROUP, consumer, {keys.jobs: ">"}, count=1)
+    return entry_id
+
+
+async def test_recorded_but_unacked_job_is_acked_on_restart_without_running_again(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, worker_name: str
+) -> None:
+    job = issue_job("exit=0")
+    await deliver_to(redis, keys, worker_name, job)
+    await redis.hset(keys.job(job.id), mapping={"state": "completed", "attempt": "1", "container": "abc"})
+    with capture_logs() as logs:
+        async with running_worker(env, redis, keys, docker):
+            await wait_for(lambda: _acked(redis, keys), 10, what="the recorded entry to be acked")
+    events = [e["event"] for e in logs]
+    assert "job_already_recorded" in events and "job_started" not in events
+    assert not (Path(env["PI_LOGS_DIR"]) / f"{job.id}.json").exists()  # the record is not rewritten
+
+
+async def test_job_whose_container_vanished_is_recorded_worker_lost_and_not_run_again(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, worker_name: str
+) -> None:
+    job = issue_job("exit=0")
+    await deliver_to(redis, keys, worker_name, job)
+    await redis.hset(keys.job(job.id), mapping={"state": "running", "attempt": "1", "container": "f" * 64})
+    with capture_logs() as logs:
+        async with running_worker(env, redis, keys, docker) as (settings, _, _):
+            rec = await record(settings, job)
+            await wait_for(lambda: _acked(redis, keys), 10, what="the entry to be acked")
+    assert (rec["outcome"], rec["reason"], rec["exitCode"]) == ("failed", "worker-lost", None)
+    assert "job_started" not in [e["event"] for e in logs]
+    assert await job_containers(docker, job) == []
+
+
+class DockerSocketProxy:
+    """A unix socket in front of the real daemon that a test can take away and bring back."""
+
+    def __init__(self, path: Path, target: str = "/var/run/docker.sock") -> None:
+        self.path, self.target = path, target
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for w in list(self.writers):
+            w.close()
+        await self.server.wait_closed()
+        self.path.unlink(missing_ok=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(self.target)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.writers -= {writer, up_writer}
+
+
+async def test_worker_waits_out_a_docker_outage_then_runs_the_waiting_job(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    proxy = DockerSocketProxy(tmp_path / "docker.sock")
+    await proxy.start()
+    proxied = aiodocker.Docker(url=proxy.url)
+    job = issue_job("exit=0")
+    try:
+        with capture_logs() as logs:
+            async with running_worker(env, redis, keys, proxied) as (settings, _, _):
+                await wait_for(lambda: any(e["event"] == "worker_started" for e in logs), 10)
+                await proxy.stop()
+                await enqueue(redis, keys, job)
+                # The job's preflight finds Docker gone: the entry stays pending instead of being refused.
+                await wait_for(lambda: any(e["event"] == "docker_unreachable" for e in logs), 15,
+                               what="docker_unreachable")
+                await proxy.start()
+                rec = await record(settings, job, timeout=20)
+                await wait_for(lambda: _acked(redis, keys), 10, what="the entry to be acked")
+        events = [e["event"] for e in logs]
+    finally:
+        await proxied.close()
+        with contextlib.suppress(Exception):
+            await proxy.stop()
+    assert rec["outcome"] == "completed"
+    assert events.count("docker_unreachable") == 1 and events.count("docker_reachable") == 1
+    order = [events.index(e) for e in ("docker_unreachable", "docker_reachable", "job_finished")]
+    assert order == sorted(order)
+
+
+async def test_worker_rides_out_a_redis_outage_and_logs_each_transition_once(
+    env: dict[str, str], keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    server = RedisProcess(tmp_path / "redis")
+    server.start()
+    client = create_redis(server.url)
+    job = issue_job("exit=0")
+    try:
+        with capture_logs() as logs:
+            own_redis = {**env, "REDIS_URL": server.url}
+            async with running_worker(own_redis, client, keys, docker) as (settings, _, task):
+                await wait_for(lambda: any(e["event"] == "worker_started" for e in logs), 10)
+                server.stop()
+                await wait_for(lambda: any(e["event"] == "redis_unreachable" for e in logs), 15,
+                               what="redis_unreachable")
+                server.start()  # an empty Redis: the worker recreates its group
+                await wait_for(lambda: any(e["event"] == "redis_restored" for e in logs), 20,
+                               what="redis_restored")
+                assert not task.done()
+                await enqueue(client, keys, job)
+                rec = await record(settings, job, timeout=20)
+        events = [e["event"] for e in logs]
+    finally:
+        await client.aclose()
+        server.stop()
+    assert rec["outcome"] == "completed"
+    assert events.count("redis_unreachable") == 1 and events.count("redis_restored") == 1
