@@ -37,6 +37,26 @@ def configure_logging(service: str, level: str = "info", **bound: Any) -> None:
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(service=service, **bound)
+    root = logging.getLogger()
+    root.handlers[:] = [_LibraryBridge()]
+    root.setLevel(logging.WARNING)
+
+
+class _LibraryBridge(logging.Handler):
+    """Library log records (aiohttp, asyncio) as our JSON lines.
+
+    Only the record's code-authored template and the exception class go out: interpolated arguments and
+    tracebacks can carry request data and host paths.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name, "template": str(record.msg)[:200]}
+            if record.exc_info and record.exc_info[0] is not None:
+                fields["error"] = record.exc_info[0].__name__
+            get_logger().log(record.levelno, "library_log", **fields)
+        except Exception:
+            self.handleError(record)
 
 
 def get_logger() -> structlog.typing.FilteringBoundLogger:

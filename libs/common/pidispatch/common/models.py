@@ -17,7 +17,8 @@ _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    # Replacement keeps one bad entry from failing the whole page; its content then fails validation.
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def decode_fields(raw: dict[Any, Any]) -> Fields:

@@ -27,3 +27,10 @@ redis.call('SET', KEYS[1], '1', 'EX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 return {'queued', redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))}
 """
+
+# The id of the ARGV[1]-th oldest entry, computed server-side so no entry body crosses the network.
+NTH_OLDEST_ID = """
+local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])
+if #r == 0 then return false end
+return r[#r][1]
+"""

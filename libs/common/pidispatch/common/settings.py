@@ -161,8 +161,19 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
+def image_ref_ok(ref: str) -> bool:
+    """The one image-reference rule (spec worker §2.3): nothing that could read as a flag or smuggle
+    control characters."""
+    return bool(ref) and not (
+        ref != ref.strip()
+        or ref.startswith("-")
+        or " " in ref
+        or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in ref)
+    )
+
+
 def _image(ref: str) -> str:
-    if ref.startswith("-") or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in ref) or " " in ref:
+    if not image_ref_ok(ref):
         raise ConfigError(
             f"PI_JOB_IMAGE={ref!r} is refused; accepted: an image reference without spaces, "
             "control characters or a leading dash"

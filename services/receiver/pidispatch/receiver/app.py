@@ -16,6 +16,7 @@ from aiohttp.streams import StreamReader
 from redis.exceptions import RedisError
 
 from pidispatch.common.errors import InfraError
+from pidispatch.common.health import Health
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis, create_redis
@@ -83,7 +84,7 @@ class Receiver:
         self._unconfigured = {
             forge: verify.not_configured(forge) for forge in (FALLTHROUGH_FORGE, *FORGE_PATHS.values())
         }
-        self._redis_up = True  # log redis_unreachable / redis_restored once per transition, not per request
+        self._redis_health = Health("redis_unreachable", "redis_restored")
         self._in_flight = 0
         self._idle: asyncio.Future[None] | None = None  # exists only while draining
 
@@ -143,20 +144,10 @@ class Receiver:
             async with asyncio.timeout(READY_TIMEOUT_S):
                 await self._redis.ping()
         except (RedisError, OSError) as exc:  # TimeoutError is an OSError
-            self._redis_down(exc)
+            self._redis_health.failed(error=type(exc).__name__)
             return _json(503, _REDIS_UNREACHABLE)
-        self._redis_back()
+        self._redis_health.ok()
         return _json(200, _READY)
-
-    def _redis_down(self, exc: BaseException) -> None:
-        if self._redis_up:
-            self._redis_up = False
-            self._log.warning("redis_unreachable", error=type(exc).__name__)
-
-    def _redis_back(self) -> None:
-        if not self._redis_up:
-            self._redis_up = True
-            self._log.info("redis_restored")
 
     async def _deliver(self, arm: Arm, request: web.Request) -> web.StreamResponse:
         headers = request.headers
@@ -187,11 +178,11 @@ class Receiver:
         try:
             appended = await self._ingest.append(arm.name, event, delivery, self._clock(), body)
         except (RedisError, OSError) as exc:  # TimeoutError (the bound) is an OSError
-            self._redis_down(exc)
+            self._redis_health.failed(error=type(exc).__name__)
             self._log.warning("enqueue_failed", forge=arm.name, delivery=delivery, error=type(exc).__name__)
             self._log_delivery(arm.name, event, delivery, 503, "refused", "enqueue-failed")
             return _json(503, _ENQUEUE_FAILED)
-        self._redis_back()
+        self._redis_health.ok()
         if appended:
             self._log_delivery(arm.name, event, delivery, 202, "accepted")
             return _json(202, _ACCEPTED)

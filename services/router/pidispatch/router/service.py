@@ -28,13 +28,12 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import (
     DEDUP_WINDOW_MS,
     EVENT_DECISION_TTL_S,
     JOBID_TTL_S,
     READ_BLOCK_MS,
-    RETRY_BASE_S,
-    RETRY_CAP_S,
     ROUTER_GROUP,
     Keys,
 )
@@ -42,7 +41,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.common.scripts import ENQUEUE
+from pidispatch.common.scripts import ENQUEUE, NTH_OLDEST_ID
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -70,12 +69,6 @@ TRIM_SCAN_MAX = 10_000
 # Errors that mean "Redis is not answering": back off and retry, never exit.
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
-# The id of the ARGV[1]-th oldest entry, computed server-side so no entry body crosses the network.
-NTH_OLDEST_ID = """
-local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])
-if #r == 0 then return false end
-return r[#r][1]
-"""
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -153,11 +146,6 @@ async def trim_events(r: Redis, stream: str, maxlen: int, *, approximate: bool =
     return minid
 
 
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
-
-
 async def run_router(
     settings: Settings,
     redis: Redis,
@@ -203,18 +191,15 @@ class Router:
         self._next_trim = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
-        delay, down = RETRY_BASE_S, False
+        backoff, redis_health = Backoff(), Health("redis_unreachable", "redis_restored")
         while not stop.is_set():
             try:
                 await self._tick(stop)
             except TRANSIENT as exc:
-                if not down:
-                    self.log.warning("redis_unreachable", error=type(exc).__name__)
-                    down = True
+                redis_health.failed(error=type(exc).__name__)
                 # Whatever we were doing is still pending: start again from our own pending list.
                 self._backlog = "0"
-                await _pause(stop, delay)
-                delay = min(delay * 2, RETRY_CAP_S)
+                await backoff.pause(stop)
                 continue
             except Exception as exc:
                 if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
@@ -223,13 +208,10 @@ class Router:
                     continue
                 # Not per-entry (those are handled in ``process``): log, back off, keep the service up.
                 self.log.error("router_error", error=type(exc).__name__)
-                await _pause(stop, delay)
-                delay = min(delay * 2, RETRY_CAP_S)
+                await backoff.pause(stop)
                 continue
-            if down:
-                self.log.info("redis_restored")
-                down = False
-            delay = RETRY_BASE_S
+            redis_health.ok()
+            backoff.reset()
 
     async def _tick(self, stop: asyncio.Event) -> None:
         events = self.keys.events

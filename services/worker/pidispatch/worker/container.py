@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from pidispatch.common.models import Job, sanitize_job_id
-from pidispatch.common.settings import Settings
+from pidispatch.common.settings import Settings, image_ref_ok
 
 CONTAINER_PREFIX = "pi-job-"
 LABEL_JOB = "pd.job"
@@ -71,13 +71,7 @@ def resolve_image(job: Job, settings: Settings) -> str:
     Raises ``ValueError`` for a reference that could be read as a flag or smuggle control characters.
     """
     ref = job.image if job.image is not None else settings.job_image
-    if (
-        not ref
-        or ref != ref.strip()
-        or ref.startswith("-")
-        or " " in ref
-        or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in ref)
-    ):
+    if not image_ref_ok(ref):
         raise ValueError("job image reference is refused")
     return ref
 

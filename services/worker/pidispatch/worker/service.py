@@ -12,17 +12,15 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiodocker
 from aiodocker.exceptions import DockerError
 from redis.exceptions import RedisError
 
+from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import (
     JOB_STATE_TTL_S,
     READ_BLOCK_MS,
-    RETRY_BASE_S,
-    RETRY_CAP_S,
     WORKER_GROUP,
     Keys,
 )
@@ -86,37 +84,6 @@ class Outcome:
     outcome: str
     reason: str | None
     result: RunResult | None = None
-
-
-class Backoff:
-    """Exponential delays from RETRY_BASE_S, doubling up to RETRY_CAP_S."""
-
-    def __init__(self) -> None:
-        self.delay = RETRY_BASE_S
-
-    def next(self) -> float:
-        delay, self.delay = self.delay, min(self.delay * 2, RETRY_CAP_S)
-        return delay
-
-    def reset(self) -> None:
-        self.delay = RETRY_BASE_S
-
-
-class Health:
-    """A dependency's state, logged once per transition rather than once per failed call."""
-
-    def __init__(self, down_event: str, up_event: str) -> None:
-        self.down_event, self.up_event, self.down = down_event, up_event, False
-
-    def failed(self, **fields: Any) -> None:
-        if not self.down:
-            self.down = True
-            get_logger().warning(self.down_event, **fields)
-
-    def ok(self) -> None:
-        if self.down:
-            self.down = False
-            get_logger().info(self.up_event)
 
 
 @dataclass
