@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 
 from pidispatch.common.embedded import find_redis_cli, find_redis_server, free_port, redis_server_argv
-from pidispatch.common.errors import InfraError
+from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import load_settings
 
@@ -45,6 +45,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("dev", help="run receiver, router and a worker on this machine (embedded default)")
     p.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
     p.set_defaults(func=dev)
+    c = sub.add_parser("demo-curl", help="print a fresh signed demo delivery for a running `pi-dispatch dev`")
+    c.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
+    c.set_defaults(func=demo_curl)
+
+
+def demo_curl(args: argparse.Namespace) -> int:
+    """A new delivery id and a new issue number, so neither dedup layer swallows it."""
+    secret = os.environ.get("WEBHOOK_SECRET", "").strip()
+    if not secret:
+        path = Path(args.dir) / "webhook-secret"
+        if not path.exists():
+            raise ConfigError(
+                f"WEBHOOK_SECRET is unset and {path} does not exist; start `pi-dispatch dev` first"
+            )
+        secret = path.read_text().strip()
+    port = load_settings().receiver_port
+    number = secrets.randbelow(9000) + 2
+    body = demo_delivery(number)
+    print(signed_curl(f"http://127.0.0.1:{port}/github", secret, body, str(uuid.uuid4())))
+    return 0
 
 
 async def dev(args: argparse.Namespace) -> int:
@@ -215,12 +235,12 @@ async def _wait_healthy(
     return False
 
 
-def demo_delivery() -> bytes:
+def demo_delivery(number: int = 1) -> bytes:
     """A compact ``issues.labeled`` delivery that fires the sample rule."""
     payload = {
         "action": "labeled",
         "issue": {
-            "number": 1,
+            "number": number,
             "title": "Say hello",
             "body": "A demo issue: the agent should leave a file in its workspace.",
             "labels": [{"name": DEMO_LABEL}],
@@ -257,7 +277,8 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
         f"  job image    {env['PI_JOB_IMAGE']}\n"
         "\nFire the sample rule (a GitHub 'issues labeled pi:demo' delivery, signed):\n\n"
         f"{curl}\n\n"
-        "Pasting it twice gives one job (same delivery id); change X-GitHub-Delivery for another.\n"
+        "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
+        "with flow 'demo' once per 10 minutes. `pi-dispatch demo-curl` prints a fresh delivery.\n"
         "Watch it:\n"
         f"  {rc} XRANGE {prefix}:events - +\n"
         f"  {rc} XRANGE {prefix}:jobs - +\n"

@@ -68,5 +68,6 @@ async def demo_image_command(args: argparse.Namespace) -> int:
     from pidispatch.worker.image import DEMO_AGENT_SCRIPT, build_image
 
     await build_image(args.tag, DEMO_AGENT_SCRIPT)
-    print(f"built {args.tag}; point PI_JOB_IMAGE at it to run the demo agent")
+    hint = "" if args.tag == Settings().job_image else f"; set PI_JOB_IMAGE={args.tag} to run jobs in it"
+    print(f"built {args.tag}{hint}")
     return 0
