@@ -1,7 +1,8 @@
 """The receiver against a real redis-server: what each delivery answers and what it leaves in Redis.
 
-The app runs in aiohttp's TestServer; the lifecycle tests run the real process
-(``python -m pidispatch.receiver``).
+GitHub's arm and what every arm shares (health, metrics, rotation, logs, the process). The other forges
+are in ``test_receiver_forges``. The app runs in aiohttp's TestServer; the lifecycle tests run the real
+process (``python -m pidispatch.receiver``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
+from pidispatch.receiver.config import load_receiver_config
 from tests.conftest import TEST_SECRET
 from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, github_signature, wait_for
+from tests.receiver_support import metric, octokit_examples, post_declaring
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 PING = (FIXTURES / "github" / "ping.json").read_bytes()
@@ -70,7 +73,8 @@ async def _stored(redis: Redis, keys: Keys) -> list[bytes]:
 
 async def _app_client(redis: Redis, env: dict[str, str]) -> Client:
     settings = load_settings(env)
-    app = create_app(settings, redis, Keys(settings.key_prefix), lambda: RECEIVED_AT)
+    config = load_receiver_config(settings, env)
+    app = create_app(settings, redis, Keys(settings.key_prefix), lambda: RECEIVED_AT, config)
     client: Client = TestClient(TestServer(app))
     await client.start_server()
     return client
@@ -172,6 +176,102 @@ async def test_event_the_router_cannot_act_on_is_204_even_with_issue_payload(
     assert await _stored(redis, keys) == []
 
 
+# Events the router can act on (DESIGN §6); written out here so the test pins the arm's set.
+STORED_GITHUB_EVENTS = {"issues", "issue_comment", "pull_request", "pull_request_review"}
+
+
+async def test_every_octokit_example_is_202_or_204_as_its_event_type_says(
+    client: Client, redis: Redis, keys: Keys
+) -> None:
+    stored: list[bytes] = []
+    answers: dict[str, set[int]] = {}
+    for event, body in octokit_examples():
+        status, _, _ = await _post(client, body, event=event)
+        answers.setdefault(event, set()).add(status)
+        if event in STORED_GITHUB_EVENTS:
+            stored.append(body)
+    assert len(answers) == 58  # every event of the package, ping and push included
+    assert {e: s for e, s in answers.items() if s != ({202} if e in STORED_GITHUB_EVENTS else {204})} == {}
+    entries = await redis.xrange(keys.events)
+    assert [fields[b"body"] for _, fields in entries] == stored
+    assert {fields[b"event"].decode() for _, fields in entries} == STORED_GITHUB_EVENTS
+
+
+async def test_previous_secret_is_accepted_logged_and_counted(
+    redis: Redis, base_env: dict[str, str], keys: Keys
+) -> None:
+    env = {**base_env, "WEBHOOK_SECRET": "rotated-secret", "WEBHOOK_SECRET_PREVIOUS": TEST_SECRET}
+    client = await _app_client(redis, env)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            old = await _post(client, delivery="signed-with-old")  # _post signs with TEST_SECRET
+            new_signature = github_signature("rotated-secret", ISSUES_LABELED)
+            new = await _post(client, delivery="signed-with-new", **{"X-Hub-Signature-256": new_signature})
+            other = github_signature("neither", ISSUES_LABELED)
+            wrong = await _post(client, delivery="signed-with-other", **{"X-Hub-Signature-256": other})
+        text = await (await client.get("/metrics")).text()
+    finally:
+        await client.close()
+    assert [old[:2], new[:2], wrong[:2]] == [
+        (202, {"status": "accepted"}),
+        (202, {"status": "accepted"}),
+        (401, {"error": "invalid signature"}),
+    ]
+    lines = [line for line in logs if line["event"] == "delivery"]
+    assert [line.get("verified_with") for line in lines] == ["previous", None, None]
+    assert metric(text, "pd_receiver_verified_with_previous_secret_total", forge="github") == 1
+    assert await redis.xlen(keys.events) == 2
+    assert "rotated-secret" not in repr(logs) and TEST_SECRET not in repr(logs)
+
+
+async def test_metrics_count_deliveries_by_forge_outcome_and_reason(client: Client) -> None:
+    delivery = str(uuid.uuid4())
+    await _post(client, delivery=delivery)
+    await _post(client, delivery=delivery)
+    await _post(client, PING, event="ping")
+    await _post(client, **{"X-Hub-Signature-256": "sha256=00"})
+    await _post(client, drop=("X-Hub-Signature-256",))
+    await client.post("/gitlab", data=b"{}")
+    resp = await client.get("/metrics")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/plain; version=")
+    text = await resp.text()
+
+    def deliveries(outcome: str, reason: str = "", forge: str = "github") -> float:
+        return metric(text, "pd_receiver_deliveries_total", forge=forge, outcome=outcome, reason=reason)
+
+    assert (deliveries("accepted"), deliveries("duplicate"), deliveries("ignored")) == (1, 1, 1)
+    assert deliveries("refused", "invalid-signature") == 1
+    assert deliveries("refused", "missing-signature") == 1
+    assert deliveries("refused", "not-configured", forge="gitlab") == 1
+    assert metric(text, "pd_receiver_verify_seconds_count", forge="github") == 4  # bodies read and checked
+    assert metric(text, "pd_receiver_append_seconds_count") == 2
+    assert metric(text, "pd_receiver_body_bytes_sum", forge="github") == 3 * len(ISSUES_LABELED) + len(PING)
+    assert metric(text, "pd_receiver_append_failures_total", forge="github") == 0
+    assert "Codertocat" not in text and TEST_SECRET not in text
+
+
+async def test_metrics_is_read_only_and_never_routed_to_github(client: Client) -> None:
+    assert (await client.get("/metrics/")).status == 200
+    status, body, _ = await _post(client, path="/metrics")
+    assert (status, body) == (405, {"error": "method not allowed"})
+    text = await (await client.get("/metrics")).text()
+    assert metric(text, "pd_receiver_deliveries_total", forge="github", outcome="accepted", reason="") == 0
+
+
+async def test_two_apps_keep_separate_metrics(redis: Redis, base_env: dict[str, str], client: Client) -> None:
+    other = await _app_client(redis, base_env)
+    try:
+        assert (await _post(other))[0] == 202
+        mine = await (await client.get("/metrics")).text()
+        theirs = await (await other.get("/metrics")).text()
+    finally:
+        await other.close()
+    labels = {"forge": "github", "outcome": "accepted", "reason": ""}
+    assert metric(mine, "pd_receiver_deliveries_total", **labels) == 0
+    assert metric(theirs, "pd_receiver_deliveries_total", **labels) == 1
+
+
 # --- refusals: nothing stored -----------------------------------------------------------------------
 
 
@@ -254,16 +354,10 @@ async def test_declared_content_length_over_2mib_is_413_before_the_body_is_read(
     client: Client, redis: Redis, keys: Keys
 ) -> None:
     small = b"{}"
-    head = "".join(f"{k}: {v}\r\n" for k, v in _headers(small, "issues", "big-declared").items())
-    request = f"POST / HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {3 * 1024 * 1024}\r\n\r\n".encode()
-    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
-    try:
-        writer.write(request + small)  # far less than declared: the answer must not wait for the rest
-        await writer.drain()
-        response = await asyncio.wait_for(reader.readuntil(b'"payload too large"}'), 5)
-    finally:
-        writer.close()
+    headers = _headers(small, "issues", "big-declared")
+    response = await post_declaring(client.port, "/", headers, 3 * 1024 * 1024, small)
     assert response.startswith(b"HTTP/1.1 413 ")
+    assert response.endswith(b'{"error":"payload too large"}')
     assert await _stored(redis, keys) == []
 
 
@@ -347,6 +441,12 @@ async def test_receiver_answers_503_when_redis_is_stopped_and_202_after_it_retur
         assert (await _post(client, delivery=before))[:2] == (202, {"status": "duplicate"})
     events = [line["event"] for line in logs if line["event"] != "delivery"]
     assert events == ["redis_unreachable", "enqueue_failed", "enqueue_failed", "redis_restored"]
+    outcomes = [(x["status"], x["outcome"], x.get("reason")) for x in logs if x["event"] == "delivery"]
+    assert outcomes[:2] == [(503, "failed", "enqueue-failed")] * 2
+    text = await (await client.get("/metrics")).text()
+    assert metric(text, "pd_receiver_append_failures_total", forge="github") == 2
+    failed = {"forge": "github", "outcome": "failed", "reason": "enqueue-failed"}
+    assert metric(text, "pd_receiver_deliveries_total", **failed) == 2
     assert await _deliveries(redis, keys, delivery) == 1
     assert await _deliveries(redis, keys, before) == 1
     assert await redis.xlen(keys.events) == 2

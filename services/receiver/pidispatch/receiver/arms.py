@@ -1,39 +1,296 @@
-"""Which forges this receiver serves, decided once at boot from the settings (spec ingest §1.1, §1.7).
+"""Which forges this receiver serves, and how each one reads a delivery (spec ingest §1.1, §1.3-§1.7).
 
-An arm is a small value: the forge's name, its path, the function that checks a delivery's credential
-over the raw bytes, the header names it reads, and the events the router can act on. GitLab, Forgejo
-and Azure (issue #3) become more arms; Forgejo's transport is GitHub's with its own secret.
+An arm turns the pure checks of ``verify`` into three steps the HTTP layer runs in order:
+
+1. ``head``: every row decidable from the method and headers, before a body byte is read;
+2. ``authenticate``: the credential over the raw bytes (index of the secret that matched, or a refusal);
+3. ``classify``: the minimal read of the verified body: stored event name, delivery id, and whether the
+   router could ever act on it (DESIGN §6: the others answer 204 unstored).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
 
 from multidict import istr
 
-from pidispatch.common.errors import ConfigError
-from pidispatch.common.settings import Settings
-from pidispatch.receiver.verify import github_signature_ok
+from pidispatch.receiver.config import AzureConfig, ForgejoConfig, GitHubConfig, GitLabConfig, ReceiverConfig
+from pidispatch.receiver.refusals import (
+    AZURE_MISSING_DELIVERY_ID,
+    AZURE_TABLE,
+    GITHUB_TABLE,
+    INVALID_SIGNATURE,
+    Refusal,
+    Table,
+)
+from pidispatch.receiver.verify import (
+    GITHUB_SIGNATURE_PREFIX,
+    NO_MATCH,
+    azure_credential_match,
+    azure_preamble,
+    github_preamble,
+    gitlab_preamble,
+    gitlab_signature_match,
+    gitlab_token_match,
+    hmac_hex_match,
+    is_json_object,
+    read_azure_body,
+    read_gitlab_body,
+    valid_delivery_id,
+)
 
 # Paths with their own forge; every other path falls through to GitHub, so "/" and "/github" reach it.
 FORGE_PATHS: Mapping[str, str] = {"/gitlab": "gitlab", "/forgejo": "forgejo", "/azure": "azure"}
 FALLTHROUGH_FORGE = "github"
+FORGES = ("github", "gitlab", "forgejo", "azure")
 
-# GitHub events some trigger type can act on; anything else (ping, push, ...) answers 204 unstored.
+# What each forge stores; every other event answers 204 unstored (the router could never act on it).
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review"})
+# Forgejo/Gitea name the event header after the hook's family ("issues" for a label change); reviews get
+# their own names, and versions that fall back to the hook type send that (issue_label, ...).
+FORGEJO_EVENTS = frozenset(
+    {
+        "issues",
+        "issue_comment",
+        "pull_request",
+        "pull_request_approved",
+        "pull_request_rejected",
+        "pull_request_comment",
+        "issue_assign",
+        "issue_label",
+        "issue_milestone",
+        "pull_request_assign",
+        "pull_request_label",
+        "pull_request_milestone",
+        "pull_request_sync",
+        "pull_request_review_request",
+        "pull_request_review_approved",
+        "pull_request_review_rejected",
+        "pull_request_review_comment",
+    }
+)
+# GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present (spec §1.5).
+GITLAB_OBJECT_KINDS = frozenset({"issue", "merge_request", "note"})
+AZURE_EVENT_TYPES = frozenset(
+    {
+        "workitem.created",
+        "workitem.updated",
+        "workitem.commented",
+        "git.pullrequest.created",
+        "git.pullrequest.updated",
+        "ms.vss-code.git-pullrequest-comment-event",
+    }
+)
 
 
-@dataclass(frozen=True, slots=True)
-class Arm:
+class Head(NamedTuple):
+    """What an arm read from the request line and headers."""
+
+    event: str | None  # the event header as sent (not yet authenticated: logged only when name-shaped)
+    delivery: str | None  # the header delivery id (Azure's is in the body: None here)
+    credential: tuple[str | None, ...]  # what this arm's ``authenticate`` checks
+    refusal: Refusal | None  # the first failed row, in the spec's order
+
+
+class Verdict(NamedTuple):
+    """A verified delivery: the event name it is stored under, its delivery id, and whether to store it."""
+
+    event: str | None
+    delivery: str
+    store: bool
+
+
+class Arm(Protocol):
     name: str
     path: str
-    verify: Callable[[bytes, str], bool]  # (raw body, signature header value) -> authentic
-    signature_header: istr
-    event_header: istr
-    delivery_header: istr
-    events: frozenset[str]
+    table: Table
+
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head: ...
+
+    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal: ...
+
+    def classify(self, head: Head, body: bytes) -> Verdict | Refusal: ...
+
+
+_CONTENT_TYPE = istr("Content-Type")
+_HUB_SIGNATURE = istr("X-Hub-Signature-256")
+_GITHUB_EVENT = istr("X-GitHub-Event")
+_GITHUB_DELIVERY = istr("X-GitHub-Delivery")
+
+
+def _hmac_verdict(index: int) -> int | Refusal:
+    return INVALID_SIGNATURE if index == NO_MATCH else index
+
+
+def _classify_by_header(head: Head, body: bytes, events: frozenset[str]) -> Verdict | Refusal:
+    if not is_json_object(body):
+        return GITHUB_TABLE.invalid_json
+    assert head.delivery is not None  # the preamble refused a delivery without one
+    return Verdict(head.event, head.delivery, head.event in events)
+
+
+class GitHubArm:
+    """Spec §1.3: ``X-Hub-Signature-256`` HMAC over the raw body, event and delivery from headers."""
+
+    name = "github"
+    path = "/github"
+    table = GITHUB_TABLE
+
+    def __init__(self, config: GitHubConfig) -> None:
+        self._secrets = tuple(s.reveal() for s in config.secrets)
+
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+        signature = headers.get(_HUB_SIGNATURE)
+        event = headers.get(_GITHUB_EVENT)
+        delivery = headers.get(_GITHUB_DELIVERY)
+        refusal = github_preamble(
+            method, headers.get(_CONTENT_TYPE), signature, event, delivery, content_length
+        )
+        return Head(event, delivery, (signature,), refusal)
+
+    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+        signature = head.credential[0]
+        assert signature is not None  # the preamble refused a delivery without one
+        return _hmac_verdict(hmac_hex_match(self._secrets, body, signature, GITHUB_SIGNATURE_PREFIX))
+
+    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+        return _classify_by_header(head, body, GITHUB_EVENTS)
+
+
+# Forgejo sends its own headers plus Gitea's and GitHub's names for the same values; a Gitea sender has
+# no Forgejo ones. The first signature present is the one checked: a bad one is not rescued by another.
+_FORGEJO_SIGNATURES = (
+    (istr("X-Forgejo-Signature"), ""),
+    (istr("X-Gitea-Signature"), ""),
+    (_HUB_SIGNATURE, GITHUB_SIGNATURE_PREFIX),
+)
+# (delivery header, its family's event header)
+_FORGEJO_IDS = (
+    (istr("X-Forgejo-Delivery"), istr("X-Forgejo-Event")),
+    (istr("X-Gitea-Delivery"), istr("X-Gitea-Event")),
+    (_GITHUB_DELIVERY, _GITHUB_EVENT),
+)
+
+
+class ForgejoArm:
+    """Spec §1.4: GitHub's transport and status rows with Forgejo's own secret and header names."""
+
+    name = "forgejo"
+    path = "/forgejo"
+    table = GITHUB_TABLE
+
+    def __init__(self, config: ForgejoConfig) -> None:
+        self._secrets = tuple(s.reveal() for s in config.secrets)
+
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+        prefix, signature = "", None
+        for name, name_prefix in _FORGEJO_SIGNATURES:
+            if value := headers.get(name):
+                prefix, signature = name_prefix, value
+                break
+        event = delivery = None
+        for delivery_name, event_name in _FORGEJO_IDS:
+            if delivery := headers.get(delivery_name):
+                event = headers.get(event_name)
+                break
+        refusal = github_preamble(
+            method, headers.get(_CONTENT_TYPE), signature, event, delivery, content_length
+        )
+        return Head(event, delivery, (prefix, signature), refusal)
+
+    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+        prefix, signature = head.credential
+        assert prefix is not None and signature is not None
+        return _hmac_verdict(hmac_hex_match(self._secrets, body, signature, prefix))
+
+    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+        return _classify_by_header(head, body, FORGEJO_EVENTS)
+
+
+_GITLAB_EVENT = istr("X-Gitlab-Event")
+_WEBHOOK_ID = istr("webhook-id")
+_IDEMPOTENCY_KEY = istr("Idempotency-Key")
+_WEBHOOK_SIGNATURE = istr("webhook-signature")
+_WEBHOOK_TIMESTAMP = istr("webhook-timestamp")
+_GITLAB_TOKEN = istr("X-Gitlab-Token")
+
+
+class GitLabArm:
+    """Spec §1.5: one declared mode, never negotiated from the request; object_kind decides storage."""
+
+    name = "gitlab"
+    path = "/gitlab"
+    table = GITHUB_TABLE
+
+    def __init__(self, config: GitLabConfig) -> None:
+        self._signature_mode = config.mode == "signature"
+        self._secrets = tuple(s.reveal() for s in config.secrets)
+
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+        # webhook-id is the Standard Webhooks name (GitLab 19.0+), Idempotency-Key the same value under
+        # its 17.4 name. Never synthesised from the payload: that would not be stable across retries.
+        msg_id = headers.get(_WEBHOOK_ID)
+        delivery = msg_id if msg_id is not None else headers.get(_IDEMPOTENCY_KEY)
+        event = headers.get(_GITLAB_EVENT)
+        credential: tuple[str | None, ...]
+        if self._signature_mode:
+            # The MAC always covers webhook-id, even when Idempotency-Key supplied the delivery id.
+            credential = (headers.get(_WEBHOOK_SIGNATURE), msg_id, headers.get(_WEBHOOK_TIMESTAMP))
+        else:
+            credential = (headers.get(_GITLAB_TOKEN),)
+        refusal = gitlab_preamble(method, headers.get(_CONTENT_TYPE), event, delivery, content_length)
+        return Head(event, delivery, credential, refusal)
+
+    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+        if self._signature_mode:
+            signature, msg_id, timestamp = head.credential
+            return gitlab_signature_match(self._secrets, signature, msg_id, timestamp, body, now_ms)
+        return gitlab_token_match(self._secrets, head.credential[0])
+
+    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+        read = read_gitlab_body(body)
+        if read is None:
+            return GITHUB_TABLE.invalid_json
+        assert head.delivery is not None  # the preamble refused a delivery without one
+        kind = read.object_kind
+        return Verdict(kind, head.delivery, kind in GITLAB_OBJECT_KINDS)
+
+
+_AUTHORIZATION = istr("Authorization")
+
+
+class AzureArm:
+    """Spec §1.6: a static credential (Basic or a custom header), the delivery id from the body."""
+
+    name = "azure"
+    path = "/azure"
+    table = AZURE_TABLE
+
+    def __init__(self, config: AzureConfig) -> None:
+        self._basic = config.mode == "basic"
+        self._header = _AUTHORIZATION if self._basic else istr(config.header or "")
+        self._secrets = tuple(s.reveal() for s in config.secrets)
+
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+        refusal = azure_preamble(method, headers.get(_CONTENT_TYPE), content_length)
+        return Head(None, None, (headers.get(self._header),), refusal)
+
+    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+        # Checked after the body is read though it covers no byte of it: no field of an
+        # unauthenticated body is ever read, the same order as the HMAC forges.
+        return azure_credential_match(self._secrets, head.credential[0], self._basic)
+
+    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+        read = read_azure_body(body)
+        if read is None:
+            return AZURE_TABLE.invalid_json
+        # The top-level id is the delivery (notificationId is a per-subscription counter).
+        if read.id is None:
+            return AZURE_MISSING_DELIVERY_ID
+        if not valid_delivery_id(read.id):
+            return AZURE_TABLE.invalid_delivery_id
+        return Verdict(read.event_type, read.id, read.event_type in AZURE_EVENT_TYPES)
 
 
 def forge_for_path(path: str) -> str:
@@ -49,41 +306,15 @@ def normalise_path(path: str) -> str:
     return path
 
 
-def github_arm(secret: str) -> Arm:
-    return Arm(
-        name="github",
-        path="/github",
-        verify=functools.partial(github_signature_ok, secret.encode()),
-        signature_header=istr("X-Hub-Signature-256"),
-        event_header=istr("X-GitHub-Event"),
-        delivery_header=istr("X-GitHub-Delivery"),
-        events=GITHUB_EVENTS,
-    )
-
-
-def _blank(value: str | None) -> bool:
-    return value is None or not value.strip()
-
-
-def configure_arms(settings: Settings) -> dict[str, Arm]:
-    """The arms to serve, by forge name; refuses a half-configured forge or none at all (exit 2).
-
-    GitHub is served when ``WEBHOOK_SECRET`` or ``GITHUB_AUTH_SOURCE`` is set; the receiver never reads
-    triggers.json, so the spec's "a github rule exists" clause is the operator's secret here.
-    """
+def configure_arms(config: ReceiverConfig) -> dict[str, Arm]:
+    """The arms ``config`` describes, by forge name (``load_receiver_config`` refused bad ones)."""
     arms: dict[str, Arm] = {}
-    secret = settings.webhook_secret
-    if not _blank(settings.github_auth_source) and _blank(secret):
-        raise ConfigError(
-            "WEBHOOK_SECRET is required when GITHUB_AUTH_SOURCE is set; accepted: a non-blank secret "
-            "shared with the GitHub webhook"
-        )
-    if not _blank(secret):
-        assert secret is not None
-        arms["github"] = github_arm(secret)
-    if not arms:
-        raise ConfigError(
-            "no webhook arm is configured; set WEBHOOK_SECRET (the GitHub webhook secret) to receive "
-            "GitHub deliveries"
-        )
+    if config.github is not None:
+        arms["github"] = GitHubArm(config.github)
+    if config.gitlab is not None:
+        arms["gitlab"] = GitLabArm(config.gitlab)
+    if config.forgejo is not None:
+        arms["forgejo"] = ForgejoArm(config.forgejo)
+    if config.azure is not None:
+        arms["azure"] = AzureArm(config.azure)
     return arms

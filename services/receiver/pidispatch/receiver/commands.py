@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from pidispatch.common.log import configure_logging
 from pidispatch.common.settings import load_settings
 
 
 async def run_receiver(args: argparse.Namespace) -> int:
-    """Startup order of every service: logging, settings (exit 2 when bad), then resources."""
+    """Startup order of every service: logging, settings and the arms (exit 2 when bad), then resources."""
     configure_logging("receiver")
     settings = load_settings()
     from pidispatch.receiver.app import serve  # aiohttp loads only when the verb runs
+    from pidispatch.receiver.config import load_receiver_config
 
-    return await serve(settings)
+    return await serve(settings, load_receiver_config(settings, os.environ))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
         "receiver",
         help="verify forge webhooks and append them to the events stream",
-        description="Serve webhooks on RECEIVER_BIND:RECEIVER_PORT (GitHub when WEBHOOK_SECRET is set).",
+        description=(
+            "Serve webhooks on RECEIVER_BIND:RECEIVER_PORT: GitHub when WEBHOOK_SECRET is set, GitLab, "
+            "Forgejo/Gitea and Azure DevOps when their variables are (GITLAB_*, FORGEJO_*, AZURE_*)."
+        ),
     )
     add_arguments(parser)

@@ -1,46 +1,58 @@
 """Is a delivery authentic and well-formed? Pure decisions over headers and raw bytes; no I/O.
 
-Each refusal is one row of spec ingest §1.3: its HTTP status, its exact JSON body and a short reason
-token for the log. The HTTP layer only sends what these functions decide.
+One preamble per forge (everything decidable before the body, in the spec's row order), one credential
+check per forge over the raw bytes, and the minimal reads of a verified body. Credential checks return the
+index of the secret that matched (0 current, 1 previous) so rotation is visible to the caller; every
+compare is constant-time over equal-length values.
+
+Header values arrive as aiohttp decodes them (UTF-8 with ``surrogateescape``); they are re-encoded the
+same way so a MAC covers exactly the bytes that were sent and odd bytes can never raise.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import hmac
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
+
+from pidispatch.receiver.refusals import (
+    AZURE_INVALID_CREDENTIAL,
+    AZURE_MISSING_CREDENTIAL,
+    AZURE_TABLE,
+    INVALID_DELIVERY_ID,
+    INVALID_SIGNATURE,
+    INVALID_TIMESTAMP,
+    INVALID_TOKEN,
+    METHOD_NOT_ALLOWED,
+    MISSING_EVENT_HEADERS,
+    MISSING_GITLAB_DELIVERY,
+    MISSING_GITLAB_EVENT,
+    MISSING_SIGNATURE,
+    MISSING_TOKEN,
+    PAYLOAD_TOO_LARGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    Refusal,
+)
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_DELIVERY_ID_CHARS = 128
 JSON_MEDIA_TYPE = "application/json"
 GITHUB_SIGNATURE_PREFIX = "sha256="
+# Standard Webhooks' replay window, both directions (spec §1.5).
+GITLAB_TOLERANCE_MS = 5 * 60 * 1000
+GITLAB_SECRET_PREFIX = "whsec_"
+_MAX_TIMESTAMP_DIGITS = 12  # seconds until the year 33658: anything longer is not a clock
+_SHA256_BYTES = 32
+NO_MATCH = -1
 
 
-class Refusal(NamedTuple):
-    status: int
-    reason: str  # log token, e.g. "invalid-signature"
-    body: bytes  # the exact JSON answer
-
-
-def _refusal(status: int, error: str, reason: str) -> Refusal:
-    return Refusal(status, reason, msgspec.json.encode({"error": error}))
-
-
-# Built once: the request path allocates none of these.
-METHOD_NOT_ALLOWED = _refusal(405, "method not allowed", "method-not-allowed")
-UNSUPPORTED_MEDIA_TYPE = _refusal(415, "unsupported media type", "unsupported-media-type")
-MISSING_SIGNATURE = _refusal(401, "missing signature", "missing-signature")
-MISSING_EVENT_HEADERS = _refusal(400, "missing github event headers", "missing-event-headers")
-INVALID_DELIVERY_ID = _refusal(400, "invalid delivery id", "invalid-delivery-id")
-PAYLOAD_TOO_LARGE = _refusal(413, "payload too large", "payload-too-large")
-INVALID_SIGNATURE = _refusal(401, "invalid signature", "invalid-signature")
-INVALID_JSON = _refusal(400, "invalid-json", "invalid-json")
-
-
-def not_configured(forge: str) -> Refusal:
-    """Spec §1.1: a forge without configuration has no handler, whatever the method or headers."""
-    return _refusal(404, f"{forge} webhooks are not configured", "not-configured")
+def _raw(value: str) -> bytes:
+    return value.encode("utf-8", "surrogateescape")
 
 
 def is_json_media_type(content_type: str | None) -> bool:
@@ -61,6 +73,13 @@ def valid_delivery_id(delivery: str) -> bool:
     return 0 < len(delivery) <= MAX_DELIVERY_ID_CHARS and delivery.isprintable() and " " not in delivery
 
 
+def _too_large(content_length: int | None) -> bool:
+    return content_length is not None and content_length > MAX_BODY_BYTES
+
+
+# --- preambles: the rows decided before any body byte is read ---------------------------------------
+
+
 def github_preamble(
     method: str,
     content_type: str | None,
@@ -69,7 +88,7 @@ def github_preamble(
     delivery: str | None,
     content_length: int | None,
 ) -> Refusal | None:
-    """Spec §1.3 rows 1-5, in that order: everything decidable before reading the body.
+    """Spec §1.3 rows 1-5 in order (Forgejo/Gitea share them, §1.4).
 
     The delivery id check sits with row 4 because a bad id is a header fault, not a body fault.
     """
@@ -83,40 +102,234 @@ def github_preamble(
         return MISSING_EVENT_HEADERS
     if not valid_delivery_id(delivery):
         return INVALID_DELIVERY_ID
-    if content_length is not None and content_length > MAX_BODY_BYTES:
+    if _too_large(content_length):
         return PAYLOAD_TOO_LARGE
     return None
 
 
-def github_signature_ok(secret: bytes, body: bytes, signature: str) -> bool:
-    """``X-Hub-Signature-256`` is ``sha256=`` + lowercase hex HMAC-SHA256 of the raw body.
+def gitlab_preamble(
+    method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
+) -> Refusal | None:
+    """Spec §1.5 rows 1-5 in order. The credential headers are checked after the body (row 6)."""
+    if method != "POST":
+        return METHOD_NOT_ALLOWED
+    if not is_json_media_type(content_type):
+        return UNSUPPORTED_MEDIA_TYPE
+    if not event:
+        return MISSING_GITLAB_EVENT
+    if not delivery:
+        return MISSING_GITLAB_DELIVERY
+    if not valid_delivery_id(delivery):
+        return INVALID_DELIVERY_ID
+    if _too_large(content_length):
+        return PAYLOAD_TOO_LARGE
+    return None
 
-    Constant-time compare; a non-ASCII header cannot match and ``compare_digest`` would reject it with
-    ``TypeError``, so it is refused up front (its being non-ASCII is no secret).
+
+def azure_preamble(method: str, content_type: str | None, content_length: int | None) -> Refusal | None:
+    """Spec §1.6 rows 1-3; the delivery id is in the body, read only after the credential."""
+    if method != "POST":
+        return AZURE_TABLE.method_not_allowed
+    if not is_json_media_type(content_type):
+        return AZURE_TABLE.unsupported_media_type
+    if _too_large(content_length):
+        return AZURE_TABLE.payload_too_large
+    return None
+
+
+# --- credentials over the raw bytes ------------------------------------------------------------------
+
+
+def hmac_hex_match(secrets: Sequence[bytes], body: bytes, presented: str, prefix: str = "") -> int:
+    """Index of the secret whose HMAC-SHA256 of ``body`` is ``presented`` (``prefix`` + lowercase hex).
+
+    GitHub sends ``sha256=<hex>`` (``X-Hub-Signature-256``); Forgejo and Gitea also send the bare hex
+    (``X-Forgejo-Signature``, ``X-Gitea-Signature``). A non-ASCII value cannot match and
+    ``compare_digest`` would raise on it, so it is refused up front (its being non-ASCII is no secret).
     """
-    if not signature.isascii():
-        return False
-    expected = GITHUB_SIGNATURE_PREFIX + hmac.digest(secret, body, "sha256").hex()
-    return hmac.compare_digest(expected, signature)
+    if not presented.isascii():
+        return NO_MATCH
+    for index, secret in enumerate(secrets):
+        if hmac.compare_digest(prefix + hmac.digest(secret, body, "sha256").hex(), presented):
+            return index
+    return NO_MATCH
+
+
+def github_signature_ok(secret: bytes, body: bytes, signature: str) -> bool:
+    """``X-Hub-Signature-256`` is ``sha256=`` + lowercase hex HMAC-SHA256 of the raw body."""
+    return hmac_hex_match((secret,), body, signature, GITHUB_SIGNATURE_PREFIX) == 0
+
+
+def decode_gitlab_signing_key(secret: str) -> bytes | None:
+    """A GitLab signing token (``whsec_`` + base64, padding optional) as key bytes; None if it is not one.
+
+    The prefix is optional as in the Standard Webhooks libraries; zero key bytes is not a key.
+    """
+    encoded = secret.removeprefix(GITLAB_SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return key or None
+
+
+def _unix_seconds(timestamp: str) -> int | None:
+    if timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= _MAX_TIMESTAMP_DIGITS:
+        return int(timestamp)
+    return None
+
+
+def _v1_signatures(header: str) -> list[bytes]:
+    """The 32-byte values of every ``v1,<base64>`` entry of a space-separated list; others are skipped."""
+    found = []
+    for entry in header.split(" "):
+        version, _, value = entry.partition(",")
+        if version != "v1" or not value:
+            continue
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if len(raw) == _SHA256_BYTES:
+            found.append(raw)
+    return found
+
+
+def gitlab_signature_match(
+    keys: Sequence[bytes],
+    signature: str | None,
+    msg_id: str | None,
+    timestamp: str | None,
+    body: bytes,
+    now_ms: int,
+) -> int | Refusal:
+    """GitLab ``signature`` mode (Standard Webhooks, spec §1.5): the matching key's index, or a refusal.
+
+    The MAC covers ``<webhook-id>.<webhook-timestamp>.<body>``, so the timestamp is authenticated and
+    the 5-minute window is a real replay bound; it is checked before the HMAC.
+    """
+    if not signature or not msg_id or not timestamp:
+        return MISSING_SIGNATURE
+    seconds = _unix_seconds(timestamp)
+    if seconds is None or abs(now_ms - seconds * 1000) > GITLAB_TOLERANCE_MS:
+        return INVALID_TIMESTAMP
+    presented = _v1_signatures(signature)
+    if presented:
+        message = b"%s.%s.%s" % (_raw(msg_id), _raw(timestamp), body)
+        for index, key in enumerate(keys):
+            expected = hmac.digest(key, message, "sha256")
+            if any(hmac.compare_digest(expected, candidate) for candidate in presented):
+                return index
+    return INVALID_SIGNATURE
+
+
+def token_digest(token: bytes) -> bytes:
+    """Secrets are compared as SHA-256 digests: equal lengths, so the compare leaks no length."""
+    return hashlib.sha256(token).digest()
+
+
+def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int | Refusal:
+    """GitLab ``token`` mode: ``X-Gitlab-Token`` against the configured digests (spec §1.5)."""
+    if not presented:
+        return MISSING_TOKEN
+    index = _digest_match(digests, _raw(presented))
+    return index if index != NO_MATCH else INVALID_TOKEN
+
+
+def azure_credential_match(digests: Sequence[bytes], presented: str | None, basic: bool) -> int | Refusal:
+    """Azure DevOps (spec §1.6): the secret is the whole credential, nothing covers the body.
+
+    ``basic``: ``Authorization`` must start with exactly ``Basic `` and the trimmed rest (the base64 of
+    ``user:password``) is the secret; a ``Bearer`` header is wrong, not absent. Header mode: the
+    configured header's value is the secret, exactly. The spec compares lengths first; comparing
+    digests decides the same and leaks not even the length.
+    """
+    if not presented:
+        return AZURE_MISSING_CREDENTIAL
+    if basic:
+        if not presented.startswith("Basic "):
+            return AZURE_INVALID_CREDENTIAL
+        presented = presented[6:].strip()
+    index = _digest_match(digests, _raw(presented))
+    return index if index != NO_MATCH else AZURE_INVALID_CREDENTIAL
+
+
+def _digest_match(digests: Sequence[bytes], presented: bytes) -> int:
+    digest = token_digest(presented)
+    for index, expected in enumerate(digests):
+        if hmac.compare_digest(expected, digest):
+            return index
+    return NO_MATCH
+
+
+# --- the minimal reads of a verified body ------------------------------------------------------------
 
 
 class _AnyObject(msgspec.Struct):
     """No fields: decoding checks the body is one JSON object and skips its contents unbuilt."""
 
 
+class _GitLabKind(msgspec.Struct):
+    object_kind: Any = None
+
+
+class _AzureHead(msgspec.Struct):
+    id: Any = None
+    eventType: Any = None  # Azure's spelling
+
+
 _object_decoder = msgspec.json.Decoder(_AnyObject)
+_gitlab_decoder = msgspec.json.Decoder(_GitLabKind)
+_azure_decoder = msgspec.json.Decoder(_AzureHead)
 
 
-def is_json_object(body: bytes) -> bool:
-    """The verified body is valid UTF-8 JSON whose top level is an object.
+def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
+    """The decoded head of a UTF-8 JSON object, or None.
 
     msgspec's skip of unbuilt values checks JSON syntax but not UTF-8 inside strings, and the router
     decodes the stored body as UTF-8, so non-ASCII bodies are also decoded once.
     """
     try:
-        _object_decoder.decode(body)
+        head = decoder.decode(body)
         if not body.isascii():
             body.decode()
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        return False
-    return True
+        return None
+    return head
+
+
+def is_json_object(body: bytes) -> bool:
+    """The verified body is valid UTF-8 JSON whose top level is an object."""
+    return _decode(_object_decoder, body) is not None
+
+
+class GitLabBody(msgspec.Struct, frozen=True):
+    object_kind: str | None  # None when absent or not a string (system hooks carry event_name instead)
+
+
+class AzureBody(msgspec.Struct, frozen=True):
+    id: str | None  # None when absent, empty or not a string
+    event_type: str | None
+
+
+def read_gitlab_body(body: bytes) -> GitLabBody | None:
+    """``object_kind`` of a verified GitLab body (the header's value is not used, spec §1.5); None if
+    the body is not a JSON object."""
+    head = _decode(_gitlab_decoder, body)
+    if head is None:
+        return None
+    kind = head.object_kind
+    return GitLabBody(kind if isinstance(kind, str) else None)
+
+
+def read_azure_body(body: bytes) -> AzureBody | None:
+    """Top-level ``id`` (the delivery id, not ``notificationId``) and ``eventType``; None if the body is
+    not a JSON object."""
+    head = _decode(_azure_decoder, body)
+    if head is None:
+        return None
+    delivery, event_type = head.id, head.eventType
+    return AzureBody(
+        delivery if isinstance(delivery, str) and delivery else None,
+        event_type if isinstance(event_type, str) else None,
+    )

@@ -1,0 +1,98 @@
+"""The receiver's Prometheus metrics, in a registry of its own (one per app, so apps never collide).
+
+Label values come from fixed sets only (forge names, outcomes, the refusal tokens of ``refusals``),
+never from a request. Children are bound once, so a request pays a dict lookup and an increment.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+OUTCOMES = ("accepted", "duplicate", "ignored", "refused", "failed")
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# An HMAC over a few KiB takes microseconds; a 2 MiB body a few milliseconds.
+VERIFY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2)
+# One script round trip to Redis, bounded at 2 s by the caller.
+APPEND_BUCKETS = (2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.0)
+BODY_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 2097152)
+
+
+class Metrics:
+    """Every series the receiver exports; ``render`` is the ``/metrics`` body."""
+
+    def __init__(self, forges: tuple[str, ...]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._deliveries = Counter(
+            "pd_receiver_deliveries",
+            "Deliveries answered, by forge and outcome; reason is the refusal token (empty otherwise).",
+            ("forge", "outcome", "reason"),
+            registry=self.registry,
+        )
+        previous = Counter(
+            "pd_receiver_verified_with_previous_secret",
+            "Deliveries verified by the previous secret: when this stays at zero, drop the *_PREVIOUS "
+            "variable.",
+            ("forge",),
+            registry=self.registry,
+        )
+        verify = Histogram(
+            "pd_receiver_verify_seconds",
+            "Time to check a delivery's credential over its raw body.",
+            ("forge",),
+            buckets=VERIFY_BUCKETS,
+            registry=self.registry,
+        )
+        self._append = Histogram(
+            "pd_receiver_append_seconds",
+            "Time to append a verified delivery to the events stream (successful appends).",
+            buckets=APPEND_BUCKETS,
+            registry=self.registry,
+        )
+        append_failures = Counter(
+            "pd_receiver_append_failures",
+            "Appends that failed (Redis unreachable, or slower than the bound): answered 503.",
+            ("forge",),
+            registry=self.registry,
+        )
+        body = Histogram(
+            "pd_receiver_body_bytes",
+            "Size of the bodies read (within the 2 MiB limit).",
+            ("forge",),
+            buckets=BODY_BUCKETS,
+            registry=self.registry,
+        )
+        self._previous = {forge: previous.labels(forge) for forge in forges}
+        self._verify = {forge: verify.labels(forge) for forge in forges}
+        self._append_failures = {forge: append_failures.labels(forge) for forge in forges}
+        self._body = {forge: body.labels(forge) for forge in forges}
+        self._outcome_children: dict[tuple[str, str, str], Counter] = {}
+        for forge in forges:  # the series a dashboard expects exist from the start, at zero
+            for outcome in ("accepted", "duplicate", "ignored"):
+                self.delivery(forge, outcome, "", 0)
+
+    def delivery(self, forge: str, outcome: str, reason: str = "", amount: int = 1) -> None:
+        key = (forge, outcome, reason)
+        child = self._outcome_children.get(key)
+        if child is None:
+            child = self._outcome_children[key] = self._deliveries.labels(forge, outcome, reason)
+        child.inc(amount)
+
+    def verified_with_previous(self, forge: str) -> None:
+        self._previous[forge].inc()
+
+    def verify_time(self, forge: str, seconds: float) -> None:
+        self._verify[forge].observe(seconds)
+
+    def append_time(self, seconds: float) -> None:
+        self._append.observe(seconds)
+
+    def append_failed(self, forge: str) -> None:
+        self._append_failures[forge].inc()
+
+    def body_bytes(self, forge: str, size: int) -> None:
+        self._body[forge].observe(size)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
