@@ -1,3 +1,6 @@
+"""triggers.json: file rules, per-forge vocabularies and every ``on`` type (spec ingest §3.1-§3.3, §3.6,
+§7 item 38). The ``run`` fields are in test_runfields.py."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +11,16 @@ import pytest
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.triggers import FORGE_KINDS, RulesRef, load_triggers, parse_triggers
+from pidispatch.router.rules import CloseRule, CronRule, ForgeGroup, PullRequestRule, RunSpec
+from pidispatch.router.triggers import (
+    FORGE_KINDS,
+    ISSUE_ACTIONS,
+    PR_ACTIONS,
+    Rules,
+    RulesRef,
+    load_triggers,
+    parse_triggers,
+)
 
 CRON = {"on": {"type": "cron", "id": "nightly", "pattern": "0 3 * * *"},
         "run": {"kind": "local", "folder": "/srv/app", "task": "tidy", "flow": "tidy"}}
@@ -19,166 +31,164 @@ PR = {"on": {"type": "pull_request", "action": ["opened", "labeled"], "any": ["p
 PR_CLOSE = {"on": {"type": "pull_request", "action": ["closed"]}, "run": {"kind": "github", "flow": "deploy"}}
 ISSUE = {"on": {"type": "issue", "action": ["closed"], "number": 40, "once": True},
          "run": {"kind": "github", "command": "release notes"}}
+DISARMED = {"at": "2026-05-01T10:00:00Z", "jobId": "gh-abc"}
 
 
 def text(*entries: Any) -> str:
     return json.dumps({"triggers": list(entries)})
 
 
-def label(run: dict[str, Any] | None = None, **on: Any) -> dict[str, Any]:
-    return {"on": {"type": "label", **(on or {"any": ["x"]})},
-            "run": {"kind": "github", "flow": "fix", **(run or {})}}
+def parse(*entries: Any) -> Rules:
+    return parse_triggers(text(*entries))
 
 
-def test_a_valid_file_keeps_raw_indices_and_groups_every_forge() -> None:
-    rules = parse_triggers(text(CRON, LABEL, COMMENT, PR, PR_CLOSE, ISSUE))
+def refusal(*entries: Any) -> str:
+    with pytest.raises(ConfigError) as err:
+        parse(*entries)
+    message = str(err.value)
+    assert message.startswith("PI_TRIGGERS_FILE triggers.json: ")
+    assert "\n" not in message
+    return message
+
+
+def on(type_: str, kind: str = "github", run: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """One webhook entry: ``on`` fields as keywords, a flow run unless ``run`` says otherwise."""
+    return {"on": {"type": type_, **fields}, "run": {"kind": kind, "flow": "fix", **(run or {})}}
+
+
+def cron(run: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    base = {"kind": "local", "folder": "/srv/app", "flow": "tidy", "task": "tidy up"}
+    return {"on": {"type": "cron", "id": "nightly", "pattern": "0 3 * * *", **fields},
+            "run": {**base, **(run or {})}}
+
+
+# --- acceptance -------------------------------------------------------------------------------------
+
+
+def test_cron_at_index_0_shifts_webhook_rule_indices_to_1_2_3() -> None:
+    rules = parse(CRON, LABEL, COMMENT, PR, PR_CLOSE, ISSUE)
     assert rules.count == 6
     assert [c.index for c in rules.cron] == [0]
     assert [r.index for r in rules.github.label] == [1]
-    assert rules.github.label[0].predicate == Predicate(any=("pi:frontend",))
     assert rules.github.comment is not None and rules.github.comment.index == 2
     assert [r.index for r in rules.github.pull_request] == [3]
-    assert rules.github.pull_request[0].actions == frozenset({"opened", "labeled"})
     assert [r.index for r in rules.github.pr_close] == [4]
     assert [r.index for r in rules.github.issue] == [5]
+
+
+def test_groups_cover_exactly_the_four_forges_and_unused_ones_are_empty() -> None:
+    rules = parse(LABEL)
+    assert FORGE_KINDS == ("github", "gitlab", "forgejo", "azure")
+    assert set(PR_ACTIONS) == set(FORGE_KINDS)
     for kind in FORGE_KINDS:
-        assert rules.group(kind) is not None
-    assert rules.gitlab.label == () and rules.gitlab.comment is None
+        assert isinstance(rules.group(kind), ForgeGroup)
+    assert rules.gitlab == rules.forgejo == rules.azure == ForgeGroup()
 
 
-def test_known_flows_come_from_webhook_flow_rules_only() -> None:
-    rules = parse_triggers(text(CRON, LABEL, COMMENT, ISSUE))
-    # cron's flow and the command rule add nothing.
-    assert rules.known_flows == frozenset({"frontend-fix", "triage"})
+def test_known_flows_are_every_webhook_flow_of_any_forge_and_ignore_command_rules() -> None:
+    gitlab = on("label", "gitlab", any=["x"], run={"flow": "gl-flow"})
+    command = on("label", run={"flow": None}, any=["y"])
+    del command["run"]["flow"]
+    command["run"]["command"] = "standup now"
+    disarmed = on("issue", action=["closed"], number=3, once=True, disarmed=DISARMED, run={"flow": "spent"})
+    rules = parse(CRON, LABEL, COMMENT, gitlab, command, disarmed)
+    # cron's flow, the command rule and the disarmed one-shot add nothing.
+    assert rules.known_flows == frozenset({"frontend-fix", "triage", "gl-flow"})
 
 
-def test_run_fields_are_carried_on_the_rule() -> None:
-    run = {"image": "ghcr.io/acme/agent:1", "packages": False, "instructions": "Be brief.",
-           "skillsDir": "/srv/skills", "secrets": {"STRIPE_KEY": "op://vault/stripe"},
-           "secretsProfile": "prod", "replicas": 2, "unknownKnob": 1}
-    spec = parse_triggers(text(label(run))).github.label[0].run
-    assert (spec.flow, spec.image, spec.packages, spec.instructions) == (
-        "fix", "ghcr.io/acme/agent:1", False, "Be brief.")
-    assert spec.skills_dir == "/srv/skills" and spec.secrets == {"STRIPE_KEY": "op://vault/stripe"}
-    assert (spec.secrets_profile, spec.replicas, spec.command) == ("prod", 2, None)
+def test_a_disarmed_one_shot_keeps_its_index_and_matches_nothing() -> None:
+    spent = on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED)
+    spent_pr = on("pull_request", action=["closed"], number=7, once=True, disarmed={"at": "yesterday"})
+    rules = parse(LABEL, spent, spent_pr, ISSUE)
+    assert rules.count == 4
+    assert [r.index for r in rules.github.issue] == [3]
+    assert rules.github.pr_close == ()
+    assert rules.github.label[0].index == 0
 
 
-def test_label_rules_for_other_forges_are_validated_the_same_way() -> None:
-    azure = {"on": {"type": "label", "all": ["pi:go"]},
-             "run": {"kind": "azure", "flow": "fix", "repository": "widgets"}}
-    rules = parse_triggers(text(azure, {**LABEL, "run": {"kind": "gitlab", "flow": "fix"}}))
-    assert rules.azure.label[0].run.repository == "widgets"
-    assert rules.gitlab.label[0].index == 1
+def test_a_disarmed_entry_is_still_validated_in_full() -> None:
+    spent = on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED, run={"image": "-x"})
+    assert "triggers[0].run.image" in refusal(spent)
 
 
-def test_the_refusal_line_names_the_file_the_entry_and_the_field() -> None:
-    with pytest.raises(ConfigError) as err:
-        parse_triggers(text(CRON, LABEL, label(any="pi:x")))
-    assert str(err.value) == (
-        "PI_TRIGGERS_FILE triggers.json: triggers[2].on.any must be an array of non-empty strings"
+def test_close_rules_carry_actions_number_and_once() -> None:
+    gitlab_close = on("pull_request", "gitlab", action=["close"], number=5)
+    rules = parse(ISSUE, PR_CLOSE, gitlab_close)
+    assert rules.github.issue[0] == CloseRule(
+        index=0, actions=frozenset({"closed"}), number=40, once=True,
+        run=RunSpec(command="release notes"),
     )
+    assert rules.github.pr_close[0].number is None and rules.github.pr_close[0].once is False
+    assert rules.gitlab.pr_close[0].actions == frozenset({"close"}) and rules.gitlab.pr_close[0].number == 5
 
 
-@pytest.mark.parametrize(
-    ("entry", "field"),
-    [
-        ("not an object", "triggers[1] must be an object"),
-        ({"on": [], "run": {}}, "triggers[1].on must be an object"),
-        ({"on": {"type": "label"}, "run": "x"}, "triggers[1].run must be an object"),
-        ({"on": {"type": "disarmed"}, "run": {"kind": "github"}}, "triggers[1].on.type"),
-        ({"on": {"type": "push"}, "run": {"kind": "github"}}, "triggers[1].on.type"),
-        (label({"kind": "bitbucket"}), "triggers[1].run.kind"),
-        (label({"kind": "local"}), "triggers[1].run.kind"),
-        ({**CRON, "run": {"kind": "github", "flow": "x"}}, "triggers[1].run.kind"),
-        (label(any=["ok", ""]), "triggers[1].on.any"),
-        (label(all=["  "]), "triggers[1].on.all"),
-        (label(any=["x"], none="blocked"), "triggers[1].on.none"),
-        (label(none=["blocked"]), "triggers[1].on needs a non-empty any or all"),
-        (label(any=[], all=[]), "triggers[1].on needs a non-empty any or all"),
-        (label(any=["x"], number=3), "triggers[1].on.number"),
-        (label(any=["x"], once=True), "triggers[1].on.once"),
-        (label(any=["x"], disarmed={"at": "now"}), "triggers[1].on.disarmed"),
-        (label({"command": "check"}), "triggers[1].run has both flow and command"),
-        ({"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github"}},
-         "triggers[1].run.flow must be a non-empty string (or use run.command)"),
-        (label({"flow": "Fix"}), "triggers[1].run.flow 'Fix' is refused"),
-        (label({"flow": "fix-"}), "triggers[1].run.flow"),
-        (label({"flow": "a" * 65}), "triggers[1].run.flow"),
-        (label({"flow": 7}), "triggers[1].run.flow"),
-        ({"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github", "command": "/wf"}},
-         "triggers[1].run.command"),
-        ({"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github", "command": " wf"}},
-         "triggers[1].run.command"),
-        ({"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github", "command": "wf\tx"}},
-         "triggers[1].run.command"),
-        ({"on": {"type": "label", "any": ["x"]},
-          "run": {"kind": "github", "command": "wf", "instructions": "hi"}}, "triggers[1].run.instructions"),
-        ({"on": {"type": "label", "any": ["x"]},
-          "run": {"kind": "github", "command": "wf", "resume": True}}, "triggers[1].run.resume"),
-        (label({"instructions": "x" * 2001}), "triggers[1].run.instructions"),
-        (label({"instructions": "   "}), "triggers[1].run.instructions"),
-        (label({"image": "-evil"}), "triggers[1].run.image"),
-        (label({"image": " img"}), "triggers[1].run.image"),
-        (label({"image": "img\u0085"}), "triggers[1].run.image"),
-        (label({"image": ""}), "triggers[1].run.image"),
-        (label({"skillsDir": " /x"}), "triggers[1].run.skillsDir"),
-        (label({"packages": "no"}), "triggers[1].run.packages"),
-        (label({"resume": 1}), "triggers[1].run.resume"),
-        (label({"replicas": 1}), "triggers[1].run.replicas"),
-        (label({"replicas": 4}), "triggers[1].run.replicas"),
-        (label({"replicas": "2"}), "triggers[1].run.replicas"),
-        (label({"replicas": True}), "triggers[1].run.replicas"),
-        (label({"replicas": 2, "resume": True}), "triggers[1].run.replicas"),
-        (label({"secrets": {}}), "triggers[1].run.secrets"),
-        (label({"secrets": {f"K{i}": "ref" for i in range(17)}}), "triggers[1].run.secrets"),
-        (label({"secrets": {"1KEY": "ref"}}), "triggers[1].run.secrets"),
-        (label({"secrets": {"GITHUB_TOKEN": "ref"}}), "triggers[1].run.secrets"),
-        (label({"secrets": {"__proto__": "ref"}}), "triggers[1].run.secrets"),
-        (label({"secrets": {"KEY": "-ref"}}), "triggers[1].run.secrets.KEY"),
-        (label({"secrets": {"KEY": " "}}), "triggers[1].run.secrets.KEY"),
-        (label({"secrets": {"KEY": "ref"}, "resume": True}), "triggers[1].run.secrets"),
-        (label({"secretsProfile": "prod"}), "triggers[1].run.secretsProfile requires run.secrets"),
-        (label({"secrets": {"KEY": "ref"}, "secretsProfile": "pr od"}), "triggers[1].run.secretsProfile"),
-        (label({"repository": "widgets"}), "triggers[1].run.repository"),
-        ({"on": {"type": "label", "any": ["x"]}, "run": {"kind": "azure", "flow": "fix"}},
-         "triggers[1].run.repository is required"),
-        ({"on": {"type": "label", "any": ["x"]},
-          "run": {"kind": "azure", "flow": "fix", "repository": "a/b"}},
-         "triggers[1].run.repository"),
-        (label({"portfolio": []}), "triggers[1].run.portfolio"),
-        (label({"tools": ["bash"]}), "triggers[1].run.tools"),
-        (label({"waitFor": [{"profile": "jira"}]}), "triggers[1].run.waitFor"),
-        (label({"maxCostUsd": "0.5"}), "triggers[1].run.maxCostUsd"),
-        (COMMENT, "triggers[1].on.type comment is already used by triggers[0]"),
-        ({"on": {"type": "comment", "phrase": ""}, "run": {"kind": "gitlab", "flow": "x"}},
-         "triggers[1].on.phrase"),
-        ({"on": {"type": "pull_request", "action": ["opened"]}, "run": {"kind": "gitlab", "flow": "x"}},
-         "triggers[1].on.action has 'opened'"),
-        ({"on": {"type": "pull_request", "action": ["closed", "opened"]},
-          "run": {"kind": "github", "flow": "x"}},
-         "triggers[1].on.action mixes 'closed'"),
-        ({"on": {"type": "pull_request", "action": []}, "run": {"kind": "github", "flow": "x"}},
-         "triggers[1].on.action"),
-        ({"on": {"type": "issue", "action": ["closed"]}, "run": {"kind": "azure", "flow": "x"}},
-         "triggers[1].on.type issue is not supported"),
-        ({"on": {"type": "cron", "id": "", "pattern": "* * * * *"}, "run": {"kind": "local"}},
-         "triggers[1].on.id"),
-    ],
-)
-def test_each_refusal_names_the_entry_index_and_the_field(entry: Any, field: str) -> None:
-    first = COMMENT if field.startswith("triggers[1].on.type comment") else LABEL
-    with pytest.raises(ConfigError) as err:
-        parse_triggers(text(first, entry))
-    message = str(err.value)
-    assert message.startswith("PI_TRIGGERS_FILE triggers.json: ")
-    assert field in message
-    assert "\n" not in message
+def test_a_whole_number_written_as_float_reads_as_the_integer_like_the_original() -> None:
+    rules = parse(on("issue", action=["closed"], number=40.0))
+    assert rules.github.issue[0].number == 40 and type(rules.github.issue[0].number) is int
 
 
-def test_comment_triggers_of_two_forges_coexist() -> None:
+def test_pull_request_rules_carry_predicate_and_review_states() -> None:
+    review = on("pull_request", action=["review_submitted"], reviewState=["changes_requested"])
+    auto = on("pull_request", "forgejo", action=["opened", "synchronized"], none=["wip"])
+    rules = parse(PR, review, auto)
+    assert rules.github.pull_request[0] == PullRequestRule(
+        index=0, actions=frozenset({"opened", "labeled"}), predicate=Predicate(any=("pi:review",)),
+        review_states=None, run=RunSpec(flow="review"),
+    )
+    assert rules.github.pull_request[1].review_states == frozenset({"changes_requested"})
+    # Without the label action a predicate is optional, and a none-only one is allowed (it narrows).
+    assert rules.forgejo.pull_request[0].predicate == Predicate(none=("wip",))
+
+
+def test_unknown_keys_are_tolerated_and_dropped_and_run_github_is_dropped_on_webhook_rules() -> None:
+    entry = on("label", any=["x"], someday={"a": 1}, run={"github": True, "imgae": "typo"})
+    assert parse(entry).github.label[0].run == RunSpec(flow="fix")
+
+
+def test_comment_triggers_of_two_forges_coexist_even_with_the_same_phrase() -> None:
     gitlab = {**COMMENT, "run": {"kind": "gitlab", "flow": "triage"}}
-    rules = parse_triggers(text(COMMENT, gitlab))
+    rules = parse(COMMENT, gitlab)
     assert rules.github.comment is not None and rules.gitlab.comment is not None
+    assert rules.gitlab.comment.phrase == "@pi"
+
+
+def test_azure_label_rule_carries_its_repository() -> None:
+    azure = on("label", "azure", all=["pi:go"], run={"repository": "widgets"})
+    assert parse(azure).azure.label[0].run.repository == "widgets"
+
+
+@pytest.mark.parametrize(("kind", "word"), [(k, w) for k, words in PR_ACTIONS.items() for w in sorted(words)])
+def test_every_pull_request_word_of_each_forge_loads(kind: str, word: str) -> None:
+    fields: dict[str, Any] = {"action": [word]}
+    if word in ("labeled", "label_updated"):
+        fields["any"] = ["x"]
+    assert parse(on("pull_request", kind, **fields)).count == 1
+
+
+@pytest.mark.parametrize(("kind", "word"), [(k, w) for k, words in ISSUE_ACTIONS.items() for w in words])
+def test_every_issue_word_of_each_forge_loads(kind: str, word: str) -> None:
+    assert parse(on("issue", kind, action=[word])).group(kind).issue[0].actions == {word}
+
+
+def test_cron_entry_is_validated_and_normalised_for_the_scheduler() -> None:
+    entry = cron({"packages": False, "secrets": {"KEY": "ref"}, "github": True, "portfolio": False,
+                  "maxTurns": 5, "unknown": 1}, pattern="*/5 * * * * *")
+    rule = parse(entry).cron[0]
+    assert rule == CronRule(index=0, id="nightly", pattern="*/5 * * * * *", run={
+        "kind": "local", "folder": "/srv/app", "task": "tidy up", "github": True, "portfolio": False,
+        "flow": "tidy", "packages": False, "secrets": {"KEY": "ref"}, "maxTurns": 5,
+    })
+
+
+def test_cron_command_needs_no_task_and_its_flow_has_no_charset() -> None:
+    command = {"on": CRON["on"], "run": {"kind": "local", "folder": "/srv", "command": "standup"}}
+    upper = cron({"flow": "Tidy Up"}, id="other")
+    rules = parse(command, upper)
+    assert rules.cron[0].run == {"kind": "local", "folder": "/srv", "command": "standup"}
+    assert rules.cron[1].run["flow"] == "Tidy Up"
+
+
+# --- refusals: file level (§3.1) --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -189,10 +199,13 @@ def test_comment_triggers_of_two_forges_coexist() -> None:
         '{"triggers": [], "triggers": []}',
         '{"triggers": [{"on": {"type": "label", "any": ["x"], "any": ["y"]}, '
         '"run": {"kind": "github", "flow": "a"}}]}',
+        '{"triggers": [{"on": {"type": "label", "any": ["x"]}, '
+        '"run": {"kind": "github", "flow": "a", "secrets": {"K": "a", "K": "b"}}}]}',
     ],
+    ids=["run", "root", "on", "nested"],
 )
-def test_a_duplicated_key_anywhere_refuses_the_file(raw: str) -> None:
-    with pytest.raises(ConfigError, match="is duplicated"):
+def test_a_duplicated_json_key_anywhere_refuses_the_file(raw: str) -> None:
+    with pytest.raises(ConfigError, match="is duplicated; accepted: each key once per object"):
         parse_triggers(raw)
 
 
@@ -201,20 +214,203 @@ def test_a_duplicated_key_anywhere_refuses_the_file(raw: str) -> None:
     [
         ("{ not json", "is not valid JSON (line 1 column 3)"),
         ('{"triggers": [NaN]}', "is not valid JSON"),
+        ('{"triggers": [Infinity]}', "is not valid JSON"),
         ("[]", 'must be an object with a "triggers" array'),
         ('{"triggers": {}}', 'must be an object with a "triggers" array'),
+        ('{"rules": []}', 'must be an object with a "triggers" array'),
     ],
 )
 def test_file_level_refusals(raw: str, expected: str) -> None:
-    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ConfigError) as err:
         parse_triggers(raw)
+    assert expected in str(err.value)
+
+
+def test_the_refusal_line_names_the_file_the_entry_and_the_field() -> None:
+    assert refusal(CRON, LABEL, on("label", any="pi:x")) == (
+        "PI_TRIGGERS_FILE triggers.json: triggers[2].on.any must be an array of non-empty strings"
+    )
+
+
+# --- refusals: every on type (§3.1-§3.3) ------------------------------------------------------------
+
+ON_REFUSALS: list[tuple[str, Any, str]] = [
+    # entry shape and the on x run matrix
+    ("entry_not_object", "not an object", "triggers[1] must be an object"),
+    ("on_not_object", {"on": [], "run": {}}, "triggers[1].on must be an object"),
+    ("run_not_object", {"on": {"type": "label"}, "run": "x"}, "triggers[1].run must be an object"),
+    ("type_disarmed_not_authorable", {"on": {"type": "disarmed"}, "run": {"kind": "github"}},
+     "triggers[1].on.type must be one of cron, label, comment, pull_request, issue"),
+    ("type_unknown", {"on": {"type": "push"}, "run": {"kind": "github"}}, "triggers[1].on.type"),
+    ("kind_unknown", on("label", "bitbucket", any=["x"]),
+     "triggers[1].run.kind must be one of local, github, gitlab, forgejo, azure"),
+    ("webhook_kind_local", on("label", "local", any=["x"]), "triggers[1].run.kind must be local for a cron"),
+    ("cron_kind_forge", {**CRON, "run": {"kind": "github", "flow": "x"}}, "triggers[1].run.kind"),
+    ("portfolio_on_webhook", on("label", any=["x"], run={"portfolio": False}), "triggers[1].run.portfolio"),
+    # cron
+    ("cron_id_empty", cron(id=""), "triggers[1].on.id must be a non-empty string"),
+    ("cron_id_missing", {"on": {"type": "cron", "pattern": "* * * * *"}, "run": CRON["run"]},
+     "triggers[1].on.id"),
+    ("cron_id_colon", cron(id="a:b"), "triggers[1].on.id must not contain ':'"),
+    ("cron_id_charset", cron(id="a b"), "triggers[1].on.id must be letters"),
+    ("cron_id_duplicate", cron(), "triggers[1].on.id 'nightly' is already used by triggers[0]"),
+    ("cron_pattern_missing", cron(pattern=""), "triggers[1].on.pattern"),
+    ("cron_pattern_4_fields", cron(pattern="* * * *"),
+     "triggers[1].on.pattern must be a cron pattern of 5 or 6"),
+    ("cron_pattern_7_fields", cron(pattern="* * * * * * *"), "triggers[1].on.pattern"),
+    ("cron_number", cron(number=3), "triggers[1].on.number is refused on a cron trigger"),
+    ("cron_once", cron(once=False), "triggers[1].on.once is refused on a cron trigger"),
+    ("cron_disarmed", cron(disarmed=DISARMED), "triggers[1].on.disarmed is refused on a cron trigger"),
+    # label
+    ("label_any_string", on("label", any="x"), "triggers[1].on.any must be an array of non-empty strings"),
+    ("label_any_blank_item", on("label", any=["ok", ""]), "triggers[1].on.any"),
+    ("label_all_whitespace", on("label", all=["  "]), "triggers[1].on.all"),
+    ("label_none_string", on("label", any=["x"], none="blocked"), "triggers[1].on.none"),
+    ("label_none_only", on("label", none=["blocked"]), "triggers[1].on needs a non-empty any or all"),
+    ("label_empty_selectors", on("label", any=[], all=[]), "triggers[1].on needs a non-empty any or all"),
+    ("label_no_selector", on("label"), "triggers[1].on needs a non-empty any or all"),
+    ("label_number", on("label", any=["x"], number=3), "triggers[1].on.number is refused on this label"),
+    ("label_once", on("label", any=["x"], once=True), "triggers[1].on.once"),
+    ("label_disarmed", on("label", any=["x"], disarmed=DISARMED), "triggers[1].on.disarmed"),
+    # comment
+    ("comment_phrase_empty", on("comment", "gitlab", phrase=""), "triggers[1].on.phrase must be a non-empty"),
+    ("comment_phrase_missing", on("comment", "gitlab"), "triggers[1].on.phrase"),
+    ("comment_phrase_not_string", on("comment", "gitlab", phrase=7), "triggers[1].on.phrase"),
+    ("comment_second_of_a_forge", COMMENT, "triggers[1].on.type comment is already used by triggers[0]"),
+    ("comment_number", on("comment", "gitlab", phrase="@pi", number=1), "triggers[1].on.number"),
+    ("comment_once", on("comment", "gitlab", phrase="@pi", once=True), "triggers[1].on.once"),
+    # issue
+    ("issue_azure", on("issue", "azure", action=["closed"]), "triggers[1].on.type issue is not supported"),
+    ("issue_action_missing", on("issue"), "triggers[1].on.action must be a non-empty array"),
+    ("issue_action_empty", on("issue", action=[]), "triggers[1].on.action"),
+    ("issue_action_other_forge", on("issue", "gitlab", action=["closed"]),
+     "triggers[1].on.action has 'closed'"),
+    ("issue_action_not_close", on("issue", action=["opened"]), "triggers[1].on.action has 'opened'"),
+    ("issue_predicate", on("issue", action=["closed"], any=["x"]),
+     "triggers[1].on.any is refused on an issue"),
+    ("issue_number_zero", on("issue", action=["closed"], number=0),
+     "triggers[1].on.number must be an integer >= 1"),
+    ("issue_number_string", on("issue", action=["closed"], number="40"), "triggers[1].on.number"),
+    ("issue_number_fraction", on("issue", action=["closed"], number=4.5), "triggers[1].on.number"),
+    ("issue_number_bool", on("issue", action=["closed"], number=True), "triggers[1].on.number"),
+    ("issue_once_string", on("issue", action=["closed"], number=4, once="true"),
+     "triggers[1].on.once must be true or false"),
+    ("issue_once_without_number", on("issue", action=["closed"], once=True),
+     "triggers[1].on.once true requires"),
+    ("issue_once_beside_replicas", on("issue", action=["closed"], number=4, once=True, run={"replicas": 2}),
+     "triggers[1].on.once true is refused beside run.replicas"),
+    ("disarmed_not_object", on("issue", action=["closed"], number=4, once=True, disarmed="now"),
+     "triggers[1].on.disarmed must be an object"),
+    ("disarmed_extra_key",
+     on("issue", action=["closed"], number=4, once=True, disarmed={"at": "x", "by": "y"}),
+     "triggers[1].on.disarmed has the unsupported key 'by'"),
+    ("disarmed_at_missing", on("issue", action=["closed"], number=4, once=True, disarmed={"jobId": "j"}),
+     "triggers[1].on.disarmed.at"),
+    ("disarmed_job_id_blank", on("issue", action=["closed"], number=4, once=True,
+                                 disarmed={"at": "x", "jobId": " "}), "triggers[1].on.disarmed.jobId"),
+    ("disarmed_without_once", on("issue", action=["closed"], number=4, disarmed={"at": "x"}),
+     "triggers[1].on.disarmed requires on.once true"),
+    # pull_request
+    ("pr_action_other_forge", on("pull_request", "forgejo", action=["synchronize"]),
+     "triggers[1].on.action has 'synchronize'"),
+    ("pr_action_unlabeled", on("pull_request", action=["unlabeled"]),
+     "triggers[1].on.action has 'unlabeled'"),
+    ("pr_action_merge", on("pull_request", "gitlab", action=["merge"]), "triggers[1].on.action has 'merge'"),
+    ("pr_action_not_strings", on("pull_request", action=[1]),
+     "triggers[1].on.action must be a non-empty array"),
+    ("pr_azure_close_word", on("pull_request", "azure", action=["closed"]),
+     "triggers[1].on.action has 'closed'"),
+    ("pr_close_mixed", on("pull_request", action=["closed", "opened"]),
+     "triggers[1].on.action mixes 'closed'"),
+    ("pr_review_state_gitlab", on("pull_request", "gitlab", action=["approved"], reviewState=["approved"]),
+     "triggers[1].on.reviewState is refused for run.kind gitlab"),
+    ("pr_review_state_without_review", on("pull_request", action=["opened"], reviewState=["approved"]),
+     "triggers[1].on.reviewState requires on.action to include 'review_submitted'"),
+    ("pr_review_state_empty", on("pull_request", action=["review_submitted"], reviewState=[]),
+     "triggers[1].on.reviewState must be a non-empty array"),
+    ("pr_review_state_dismissed", on("pull_request", action=["review_submitted"], reviewState=["dismissed"]),
+     "triggers[1].on.reviewState"),
+    ("pr_azure_predicate", on("pull_request", "azure", action=["created"], any=["x"]),
+     "triggers[1].on.any is refused on an azure pull_request trigger"),
+    ("pr_close_predicate", on("pull_request", action=["closed"], none=["x"]),
+     "triggers[1].on.none is refused on a close-only pull_request trigger"),
+    ("pr_labeled_without_positive", on("pull_request", action=["labeled", "opened"]),
+     "triggers[1].on needs a non-empty any or all"),
+    ("pr_label_updated_none_only", on("pull_request", "forgejo", action=["label_updated"], none=["x"]),
+     "triggers[1].on needs a non-empty any or all"),
+    ("pr_number_on_non_close", on("pull_request", action=["opened"], number=3),
+     "triggers[1].on.number is refused on this pull_request trigger"),
+    ("pr_once_on_non_close", on("pull_request", action=["opened"], once=False), "triggers[1].on.once"),
+    ("pr_disarmed_on_non_close", on("pull_request", action=["opened"], disarmed=DISARMED),
+     "triggers[1].on.disarmed"),
+    ("pr_close_once_without_number", on("pull_request", "gitlab", action=["close"], once=True),
+     "triggers[1].on.once true requires on.number"),
+]
+
+
+@pytest.mark.parametrize(("entry", "expected"), [(e, m) for _, e, m in ON_REFUSALS],
+                         ids=[case for case, _, _ in ON_REFUSALS])
+def test_each_on_refusal_names_the_entry_index_and_the_field(entry: Any, expected: str) -> None:
+    first = CRON if expected.startswith("triggers[1].on.id 'nightly'") else COMMENT
+    assert expected in refusal(first, entry)
+
+
+# --- spec §7 item 38: the loader cases, each by name -------------------------------------------------
+
+SPEC_38: list[tuple[str, list[Any], str]] = [
+    ("two_github_comment_triggers", [COMMENT, COMMENT], "triggers[1].on.type comment is already used"),
+    ("gitlab_pr_action_opened", [on("pull_request", "gitlab", action=["opened"])], "triggers[0].on.action"),
+    ("github_pr_closed_with_opened", [on("pull_request", action=["closed", "opened"])],
+     "triggers[0].on.action"),
+    ("once_without_number", [on("issue", action=["closed"], once=True)], "triggers[0].on.once"),
+    ("replicas_1", [on("label", any=["x"], run={"replicas": 1})], "triggers[0].run.replicas"),
+    ("replicas_4", [on("label", any=["x"], run={"replicas": 4})], "triggers[0].run.replicas"),
+    ("replicas_beside_resume", [on("label", any=["x"], run={"replicas": 2, "resume": True})],
+     "triggers[0].run.replicas"),
+    ("azure_label_without_repository", [on("label", "azure", any=["x"])], "triggers[0].run.repository"),
+    ("repository_on_github_rule", [on("label", any=["x"], run={"repository": "w"})],
+     "triggers[0].run.repository"),
+    ("review_state_on_gitlab", [on("pull_request", "gitlab", action=["open"], reviewState=["approved"])],
+     "triggers[0].on.reviewState"),
+    ("review_state_without_review_submitted",
+     [on("pull_request", action=["opened"], reviewState=["approved"])], "triggers[0].on.reviewState"),
+    ("label_with_only_none", [on("label", none=["x"])], "triggers[0].on"),
+    ("flow_uppercase", [on("label", any=["x"], run={"flow": "Fix"})], "triggers[0].run.flow"),
+    ("command_leading_slash",
+     [{"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github", "command": "/wf"}}],
+     "triggers[0].run.command"),
+    ("instructions_2001_chars", [on("label", any=["x"], run={"instructions": "x" * 2001})],
+     "triggers[0].run.instructions"),
+    ("wait_for_after_without_zone",
+     [on("label", any=["x"], run={"waitFor": [{"after": "2026-09-01T09:00:00"}]})],
+     "triggers[0].run.waitFor[0].after"),
+    ("wait_for_exclusive", [on("label", any=["x"], run={"waitFor": [{"exclusive": True}]})],
+     "triggers[0].run.waitFor[0]"),
+    ("run_waitfor_near_miss", [on("label", any=["x"], run={"waitfor": [{"profile": "jira"}]})],
+     "triggers[0].run.waitfor is not a field; did you mean run.waitFor?"),
+]
+
+
+@pytest.mark.parametrize(("entries", "expected"), [(e, m) for _, e, m in SPEC_38],
+                         ids=[case for case, _, _ in SPEC_38])
+def test_spec_38_loader_refusals(entries: list[Any], expected: str) -> None:
+    assert expected in refusal(*entries)
+
+
+def test_spec_38_a_duplicated_json_key_refuses() -> None:
+    with pytest.raises(ConfigError, match="'flow' is duplicated"):
+        parse_triggers('{"triggers": [{"on": {"type": "label", "any": ["x"]}, '
+                       '"run": {"kind": "github", "flow": "a", "flow": "a"}}]}')
+
+
+# --- loading from disk and the live reference --------------------------------------------------------
 
 
 def test_load_triggers_reads_the_file_and_names_only_its_basename(tmp_path: Path) -> None:
     path = tmp_path / "rules.json"
     path.write_text(text(LABEL))
     assert load_triggers(str(path)).github.label[0].index == 0
-    path.write_text(text(label(any="x")))
+    path.write_text(text(on("label", any="x")))
     with pytest.raises(ConfigError) as err:
         load_triggers(str(path))
     assert str(err.value).startswith("PI_TRIGGERS_FILE rules.json: triggers[0].on.any")
@@ -226,8 +422,15 @@ def test_a_missing_file_is_a_configuration_error(tmp_path: Path) -> None:
         load_triggers(str(tmp_path / "triggers.json"))
 
 
+def test_a_file_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "triggers.json"
+    path.write_bytes(b'{"triggers": ["\xff"]}')
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_triggers(str(path))
+
+
 def test_rules_ref_swaps_in_one_step() -> None:
-    first, second = parse_triggers(text(LABEL)), parse_triggers(text(CRON, LABEL))
+    first, second = parse(LABEL), parse(CRON, LABEL)
     ref = RulesRef(first)
     ref.current = second
     assert ref.current.github.label[0].index == 1

@@ -1,0 +1,74 @@
+"""One raw ``triggers.json`` entry under validation, and the refusal it raises (spec ingest §3).
+
+Shared by the file-level loader (``triggers``), the run-field rules (``runfields``) and the two value
+grammars (``modelref``, ``waitfor``), so every refusal reads ``triggers[<index>].<field> <problem>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NoReturn
+
+# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator): the original tests "blank" and
+# "padded" with it, and Python's str.strip() differs (it strips U+001C..U+001F, keeps U+FEFF).
+JS_WHITESPACE = (
+    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+# A name that is safe in a comma-separated env list and in a Redis key: cron ids, profiles, backends.
+ID_RE = re.compile(r"[A-Za-z0-9._-]+")
+JS_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class Refusal(Exception):
+    """One line naming the entry, the field and what is accepted; ``triggers`` adds the file name."""
+
+
+class Entry:
+    """A raw entry being validated: ``on`` and ``run`` as decoded, ``kind`` the run kind."""
+
+    __slots__ = ("index", "kind", "on", "run")
+
+    def __init__(self, index: int, on: dict[str, Any], run: dict[str, Any]) -> None:
+        self.index, self.on, self.run = index, on, run
+        self.kind: str = run.get("kind", "")
+
+    @property
+    def on_type(self) -> str:
+        return self.on.get("type", "")  # type: ignore[no-any-return]
+
+    @property
+    def is_cron(self) -> bool:
+        return self.on_type == "cron"
+
+    def fail(self, field: str, problem: str) -> NoReturn:
+        raise Refusal(f"triggers[{self.index}].{field} {problem}")
+
+
+def trim(value: str) -> str:
+    return value.strip(JS_WHITESPACE)
+
+
+def nonblank(value: Any) -> bool:
+    return isinstance(value, str) and trim(value) != ""
+
+
+def unpadded(value: Any) -> bool:
+    """Non-blank with nothing to trim: the reviewed file must not disagree with what runs."""
+    return nonblank(value) and value == trim(value)
+
+
+def integer(value: Any) -> int | None:
+    """A JSON integer as JavaScript reads one (``3.0`` is 3, ``true`` is not a number), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def js_length(text: str) -> int:
+    """Length in UTF-16 code units, the original's ``.length``, so a cap counts what it counted."""
+    return len(text.encode("utf-16-le")) // 2

@@ -1,0 +1,118 @@
+"""The validated, normalised trigger rules (spec ingest §3.6): what ``triggers.py`` produces and the
+per-forge filters consume. Pure values; one ``Rules`` is one version of the file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pidispatch.router.match.predicate import Predicate
+
+
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """The execution fields a webhook rule hands to its job (absent = None, never a default).
+
+    Field names are the Job's (``pidispatch.common.models.Job``), so a job copies them one to one.
+    """
+
+    flow: str | None = None
+    command: str | None = None
+    packages: bool | None = None
+    image: str | None = None
+    backend: str | None = None
+    exclude_tools: tuple[str, ...] | None = None
+    provider: str | None = None
+    model: str | None = None
+    max_turns: int | None = None
+    models: tuple[str, ...] | None = None
+    max_cost_usd: str | float | None = None
+    skills_dir: str | None = None
+    instructions: str | None = None
+    resume: bool | None = None
+    secrets: dict[str, str] | None = None
+    secrets_profile: str | None = None
+    wait_for: tuple[dict[str, str], ...] | None = None
+    replicas: int | None = None
+    # Azure label/comment rules only: the repository a work item's job clones.
+    repository: str | None = None
+
+
+class LabelRule(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    predicate: Predicate
+    run: RunSpec
+
+
+class CommentRule(msgspec.Struct, frozen=True, kw_only=True):
+    """``run.flow`` is the default flow; a known flow named after the phrase overrides it."""
+
+    index: int
+    phrase: str
+    run: RunSpec
+
+
+class PullRequestRule(msgspec.Struct, frozen=True, kw_only=True):
+    """A pull_request rule without the close word. ``review_states`` only on GitHub review rules."""
+
+    index: int
+    actions: frozenset[str]
+    predicate: Predicate
+    review_states: frozenset[str] | None
+    run: RunSpec
+
+
+class CloseRule(msgspec.Struct, frozen=True, kw_only=True):
+    """An ``issue`` rule, or a close-only ``pull_request`` rule; ``number`` arms it for one item."""
+
+    index: int
+    actions: frozenset[str]
+    number: int | None
+    once: bool
+    run: RunSpec
+
+
+class CronRule(msgspec.Struct, frozen=True, kw_only=True):
+    """Validated by the shared loader, served by the scheduler; the router keeps its index only."""
+
+    index: int
+    id: str
+    pattern: str
+    run: dict[str, Any]
+
+
+class ForgeGroup(msgspec.Struct, frozen=True, kw_only=True):
+    label: tuple[LabelRule, ...] = ()
+    comment: CommentRule | None = None
+    pull_request: tuple[PullRequestRule, ...] = ()
+    pr_close: tuple[CloseRule, ...] = ()
+    issue: tuple[CloseRule, ...] = ()
+
+
+class Rules(msgspec.Struct, frozen=True, kw_only=True):
+    """Every forge has a group, used or not, so a filter never needs a presence check (spec §3.6).
+
+    Disarmed entries keep their index (``count`` includes them) and appear in no group.
+    """
+
+    github: ForgeGroup
+    gitlab: ForgeGroup
+    forgejo: ForgeGroup
+    azure: ForgeGroup
+    cron: tuple[CronRule, ...]
+    known_flows: frozenset[str]
+    count: int
+
+    def group(self, kind: str) -> ForgeGroup:
+        return getattr(self, kind)  # type: ignore[no-any-return]
+
+
+class RulesRef:
+    """The live rules in one mutable reference: hot reload swaps them in one step, and readers take
+    ``current`` once per event, so one event never sees two files."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, rules: Rules) -> None:
+        self.current = rules

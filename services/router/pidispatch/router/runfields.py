@@ -1,0 +1,311 @@
+"""The ``run`` half of a ``triggers.json`` entry (spec ingest §3.4, §3.7): every field, its refusals and
+the near-miss key sweeps, for webhook rules (a ``RunSpec``) and cron entries (a normalised dict).
+
+A field that would load and silently do nothing is refused: that is the rule behind every check here.
+Unknown keys are tolerated and dropped (forward compatibility), except spellings close enough to a
+field whose absence changes what a job does (wait, venue, tools, model).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any
+
+from pidispatch.common.settings import image_ref_ok
+from pidispatch.router.modelref import model_fields
+from pidispatch.router.refusal import ID_RE, Entry, integer, js_length, nonblank, unpadded
+from pidispatch.router.rules import RunSpec
+from pidispatch.router.waitfor import wait_for
+
+FLOW_RE = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+INSTRUCTIONS_MAX = 2000
+SECRETS_MAX = 16
+REPLICAS_MIN, REPLICAS_MAX = 2, 3
+# The venues this build can run a job in, name -> remote. One local venue today; a remote one would be
+# refused on cron (a local job edits the operator's folder in place, which no remote daemon can see).
+BACKENDS: dict[str, bool] = {"local": False}
+# The pinned agent's built-in tools; it ignores unknown names silently, so only these can be excluded.
+EXCLUDABLE_TOOLS = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
+# Names the runtime sets itself: minted forge tokens, forge hosts, and the container's own variables
+# (spec worker §2.4). A trigger binding one would be overwritten, or would override what the worker set.
+RESERVED_SECRET_NAMES = frozenset({
+    "GITHUB_TOKEN", "GH_TOKEN", "GITLAB_TOKEN", "GL_TOKEN", "FORGEJO_TOKEN", "GITEA_SERVER_TOKEN",
+    "AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN", "GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL",
+    "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_MAX_TOKENS", "PI_JOB_ID", "PI_FLOW", "PI_COMMAND",
+    "PI_OFFLINE", "PI_PACKAGES", "PI_SESSION_FILE", "PI_EXCLUDE_TOOLS", "PI_ALLOWED_MODELS",
+    "PI_GLOBAL_ALLOW_EXTENSIONS", "PI_MAX_COST_MICROS", "PI_EXIT_AUTH", "PI_DISPATCH_KEYLESS",
+    "PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID", "PLAYWRIGHT_BROWSERS_PATH",
+    "PLAYWRIGHT_MCP_BROWSER", "PLAYWRIGHT_MCP_SANDBOX", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY",
+    "NODE_USE_ENV_PROXY", "HOME",
+})
+
+# §3.7: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
+# field under ``run`` is legal; under ``on`` every spelling is refused (these are properties of the run).
+_WAIT_SPELLINGS = {"waitfor": "run.waitFor"}
+_BACKEND_SPELLINGS = dict.fromkeys(("backend", "backends"), "run.backend")
+_EXCLUDE_SPELLINGS = dict.fromkeys(("excludetools", "excludetool", "excludedtools"), "run.excludeTools")
+_MODEL_SPELLINGS = {
+    **dict.fromkeys(("provider", "providers", "providerid", "providerids", "providername"), "run.provider"),
+    **dict.fromkeys(("model", "modelid", "modelname"), "run.model"),
+    **dict.fromkeys(("models", "modelids", "modelnames", "allowedmodels", "allowedmodel"), "run.models"),
+    **dict.fromkeys(("maxturns", "maxturn"), "run.maxTurns"),
+    **dict.fromkeys(("maxcostusd", "maxcost"), "run.maxCostUsd"),
+}
+# (spellings, exact keys legal under run, homoglyph rule): waitFor predates the homoglyph rule.
+_SWEEPS: tuple[tuple[dict[str, str], frozenset[str], bool], ...] = (
+    (_WAIT_SPELLINGS, frozenset({"waitFor"}), False),
+    (_BACKEND_SPELLINGS, frozenset({"backend"}), True),
+    (_EXCLUDE_SPELLINGS, frozenset({"excludeTools"}), True),
+    (_MODEL_SPELLINGS, frozenset({"provider", "model", "maxTurns", "models", "maxCostUsd"}), True),
+)
+_NON_ALNUM_RE = re.compile(r"[^A-Za-z0-9]")
+_PRINTABLE_ASCII_RE = re.compile(r"[\x20-\x7e]*")
+
+
+def near_miss(key: str, spellings: Collection[str], *, homoglyphs: bool = True) -> str | None:
+    """The spelling ``key`` means, or None. A non-ASCII key (a pasted homoglyph) loses its non-ASCII
+    letters to normalisation, so it is matched as a subsequence of a spelling instead (floor 4 letters)."""
+    normalised = _NON_ALNUM_RE.sub("", key).lower()
+    if _PRINTABLE_ASCII_RE.fullmatch(key) or not homoglyphs:
+        return normalised if normalised in spellings else None
+    if len(normalised) < 4:
+        return None
+    return next((s for s in spellings if _is_subsequence(normalised, s)), None)
+
+
+def _is_subsequence(needle: str, hay: str) -> bool:
+    letters = iter(hay)
+    return all(ch in letters for ch in needle)
+
+
+def sweep_near_misses(e: Entry) -> None:
+    """Refuse a key that nearly spells ``waitFor``, ``backend``, ``excludeTools`` or a model field."""
+    for where, source in (("run", e.run), ("on", e.on)):
+        for key in source:
+            for spellings, exact, homoglyphs in _SWEEPS:
+                if where == "run" and key in exact:
+                    continue
+                hit = near_miss(key, spellings, homoglyphs=homoglyphs)
+                if hit is not None:
+                    e.fail(f"{where}.{key}", f"is not a field; did you mean {spellings[hit]}? (a near miss "
+                                             "is refused rather than dropped)")
+    for name in ("tools", "noTools"):
+        # The agent's own option names: an allowlist would widen on every pin bump; narrowing only.
+        if name in e.run:
+            e.fail(f"run.{name}", "is not a field; accepted: run.excludeTools (narrowing only)")
+
+
+def flow_or_command(e: Entry) -> tuple[str | None, str | None]:
+    """Exactly one of ``flow`` / ``command``, checked before either alone so each mistake gets its own
+    message; the flow charset applies to webhook rules (a job-id and dedup-key slot)."""
+    run = e.run
+    if "flow" in run and "command" in run:
+        e.fail("run", "has both flow and command; accepted: exactly one")
+    if "command" in run:
+        command = run["command"]
+        if not unpadded(command) or command.startswith("/") or _CONTROL_RE.search(command):
+            e.fail("run.command", "must be a non-empty string without surrounding spaces, a leading / or "
+                                  "control characters")
+        if e.is_cron and "task" in run:
+            e.fail("run.command", "is refused beside run.task (a command job's prompt is the command line)")
+        if not e.is_cron and "instructions" in run:
+            e.fail("run.instructions", "is refused beside run.command (a command job has no prompt "
+                                       "envelope to render them in)")
+        if run.get("resume") is True:
+            e.fail("run.resume", "true is refused beside run.command")
+        return None, command
+    flow = run.get("flow")
+    if not nonblank(flow):
+        e.fail("run.flow", "must be a non-empty string (or use run.command)")
+    if not e.is_cron and not FLOW_RE.fullmatch(flow):
+        e.fail("run.flow", f"{flow!r} is refused; accepted: 1-64 of a-z 0-9 - _, starting and ending "
+                           "with a letter or digit")
+    return flow, None
+
+
+def strict_bool(e: Entry, field: str) -> bool | None:
+    if field not in e.run:
+        return None
+    if not isinstance(e.run[field], bool):
+        e.fail(f"run.{field}", "must be true or false")
+    return e.run[field]  # type: ignore[no-any-return]
+
+
+def _image(e: Entry) -> str | None:
+    if "image" not in e.run:
+        return None
+    image = e.run["image"]
+    # The worker's own rule for PI_JOB_IMAGE, so a reference that loads here is one it will run.
+    if not isinstance(image, str) or not image_ref_ok(image):
+        e.fail("run.image", "must be an image reference without spaces, control characters or a leading dash")
+    return image
+
+
+def _skills_dir(e: Entry) -> str | None:
+    if "skillsDir" in e.run and not unpadded(e.run["skillsDir"]):
+        e.fail("run.skillsDir", "must be a non-blank string without surrounding spaces")
+    return e.run.get("skillsDir")
+
+
+def _instructions(e: Entry) -> str | None:
+    if "instructions" not in e.run:
+        return None
+    text = e.run["instructions"]
+    if e.is_cron:
+        e.fail("run.instructions", "is refused on a cron trigger; accepted: put it at the top of run.task")
+    if not nonblank(text) or js_length(text) > INSTRUCTIONS_MAX:
+        e.fail("run.instructions", f"must be a non-blank string of at most {INSTRUCTIONS_MAX} characters")
+    return text  # type: ignore[no-any-return]
+
+
+def _resume(e: Entry) -> bool | None:
+    resume = strict_bool(e, "resume")
+    if resume and e.is_cron:
+        e.fail("run.resume", "true is refused on a cron trigger; accepted: false or absent")
+    return resume
+
+
+def _repository(e: Entry) -> str | None:
+    needed = e.kind == "azure" and e.on_type in ("label", "comment")
+    if "repository" not in e.run:
+        if needed:
+            e.fail("run.repository", f"is required on an azure {e.on_type} trigger (a work item names no "
+                                     "repository)")
+        return None
+    if not needed:
+        e.fail("run.repository", "is refused here; accepted: only on azure label and comment triggers")
+    value = e.run["repository"]
+    if not unpadded(value) or "/" in value:
+        e.fail("run.repository", "must be a repository name without '/' or surrounding spaces")
+    return value  # type: ignore[no-any-return]
+
+
+def _replicas(e: Entry) -> int | None:
+    if "replicas" not in e.run:
+        return None
+    if e.is_cron:
+        e.fail("run.replicas", "is refused on a cron trigger (replicas would edit one folder in place)")
+    value = integer(e.run["replicas"])
+    if value is None or not REPLICAS_MIN <= value <= REPLICAS_MAX:
+        e.fail("run.replicas", f"must be an integer from {REPLICAS_MIN} to {REPLICAS_MAX}")
+    if e.run.get("resume") is True:
+        e.fail("run.replicas", "is refused beside run.resume true")
+    return value
+
+
+def _secrets(e: Entry) -> dict[str, str] | None:
+    if "secrets" not in e.run:
+        return None
+    secrets = e.run["secrets"]
+    if not isinstance(secrets, dict) or not 1 <= len(secrets) <= SECRETS_MAX:
+        e.fail("run.secrets", f"must be an object of 1 to {SECRETS_MAX} references")
+    for name, reference in secrets.items():
+        if not ENV_NAME_RE.fullmatch(name) or name == "__proto__" or name in RESERVED_SECRET_NAMES:
+            e.fail("run.secrets", f"name {name!r} is refused; accepted: [A-Za-z_][A-Za-z0-9_]*, not "
+                                  "__proto__ and not a name the runtime sets itself")
+        # The reference is the resolver's first argument: a leading dash would parse as a flag.
+        if not unpadded(reference) or reference.startswith("-"):
+            e.fail(f"run.secrets.{name}", "must be a non-blank reference without surrounding spaces or a "
+                                          "leading dash")
+    if e.run.get("resume") is True:
+        e.fail("run.secrets", "is refused beside run.resume true (a resumed transcript would keep values)")
+    return dict(secrets)
+
+
+def _secrets_profile(e: Entry) -> str | None:
+    if "secretsProfile" not in e.run:
+        return None
+    profile = e.run["secretsProfile"]
+    if not isinstance(profile, str) or not ID_RE.fullmatch(profile):
+        e.fail("run.secretsProfile", "must be a non-empty name of letters, digits, dot, dash and underscore")
+    if "secrets" not in e.run:
+        e.fail("run.secretsProfile", "requires run.secrets")
+    return profile
+
+
+def _backend(e: Entry) -> str | None:
+    if "backend" not in e.run:
+        return None
+    name = e.run["backend"]
+    if not isinstance(name, str) or not ID_RE.fullmatch(name) or name not in BACKENDS:
+        e.fail("run.backend", f"must name a backend this build knows; accepted: {', '.join(BACKENDS)}")
+    if e.is_cron and BACKENDS[name]:
+        e.fail("run.backend", "names a remote backend, refused on a cron trigger (its folder is edited in "
+                              "place on this machine)")
+    return name
+
+
+def _exclude_tools(e: Entry) -> tuple[str, ...] | None:
+    if "excludeTools" not in e.run:
+        return None
+    names = e.run["excludeTools"]
+    if not isinstance(names, list) or not names:
+        e.fail("run.excludeTools", "must be a non-empty array of tool names")
+    for position, name in enumerate(names):
+        if name not in EXCLUDABLE_TOOLS:
+            e.fail(f"run.excludeTools[{position}]",
+                   f"must name a tool; accepted: {', '.join(EXCLUDABLE_TOOLS)}")
+        if name in names[:position]:
+            e.fail(f"run.excludeTools[{position}]", "repeats an earlier tool; accepted: each tool once")
+    return tuple(names)
+
+
+def _shared_fields(e: Entry) -> dict[str, Any]:
+    """The fields every kind carries, in the original's check order, under their ``RunSpec`` names."""
+    return {
+        "packages": strict_bool(e, "packages"),
+        "image": _image(e),
+        "skills_dir": _skills_dir(e),
+        "instructions": _instructions(e),
+        "resume": _resume(e),
+        "repository": None if e.is_cron else _repository(e),
+        "replicas": _replicas(e),
+        "secrets": _secrets(e),
+        "secrets_profile": _secrets_profile(e),
+        "backend": _backend(e),
+        "wait_for": wait_for(e),
+        "exclude_tools": _exclude_tools(e),
+        **model_fields(e),
+    }
+
+
+def webhook_run(e: Entry) -> RunSpec:
+    """The validated ``run`` of a label/comment/pull_request/issue entry. ``run.github`` (cron-only) and
+    unknown keys are dropped; ``run.portfolio`` is refused (forge text must not steer a budget plan)."""
+    if "portfolio" in e.run:
+        e.fail("run.portfolio", "is refused on webhook triggers; accepted: only on cron triggers")
+    flow, command = flow_or_command(e)
+    fields = _shared_fields(e)
+    sweep_near_misses(e)
+    return RunSpec(flow=flow, command=command, **fields)
+
+
+def cron_run(e: Entry) -> dict[str, Any]:
+    """The validated ``run`` of a cron entry in the file's own (camelCase) names, for the scheduler."""
+    flow, command = flow_or_command(e)
+    run = e.run
+    if not nonblank(run.get("folder")):
+        e.fail("run.folder", "must be a non-empty string")
+    if command is None and not nonblank(run.get("task")):
+        e.fail("run.task", "must be a non-empty string beside run.flow")
+    github = strict_bool(e, "github")
+    fields = _shared_fields(e)
+    sweep_near_misses(e)
+    portfolio = strict_bool(e, "portfolio")
+    if portfolio and command is not None:
+        e.fail("run.portfolio", "true is refused beside run.command (a plan is written by a flow)")
+    spec = RunSpec(flow=flow, command=command, **fields)
+    out = {"kind": "local", "folder": run["folder"], "task": run.get("task"), "github": github,
+           "portfolio": portfolio, **_camel(spec)}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+_CAMEL = {"skills_dir": "skillsDir", "secrets_profile": "secretsProfile", "wait_for": "waitFor",
+          "exclude_tools": "excludeTools", "max_turns": "maxTurns", "max_cost_usd": "maxCostUsd"}
+
+
+def _camel(spec: RunSpec) -> dict[str, Any]:
+    return {_CAMEL.get(f, f): getattr(spec, f) for f in spec.__struct_fields__}
