@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
 import pytest
 
+from pidispatch.router import subsets
 from pidispatch.router.subsets.github import MalformedPayload, label_names, project
 from tests.helpers import FIXTURES, load_fixture
 
@@ -92,6 +94,7 @@ def test_pull_request_and_review_subset() -> None:
     assert pr is not None
     assert (pr.number, pr.labels, pr.head_ref, pr.head_sha, pr.head_repo, pr.base_ref) == (
         55, ("pi:review",), "feat", "abc", "fork/repo", "main")
+    assert pr.has_head and pr.has_base
     assert s.review is not None and s.review.state == "changes_requested" and s.review.id == 9
     # The reviewer's login is not projected at all.
     assert "reviewer" not in repr(s)
@@ -117,3 +120,25 @@ def test_an_impossible_shape_raises_a_value_error_subclass(body: str) -> None:
 def test_unknown_fields_are_tolerated() -> None:
     s = project('{"action": "labeled", "brand_new": {"x": [1]}, "issue": {"number": 3, "extra": true}}')
     assert s.issue is not None and s.issue.number == 3
+
+
+def test_a_pull_request_without_head_or_base_says_so() -> None:
+    s = project('{"action": "opened", "pull_request": {"number": 1}}')
+    assert s.pull_request is not None and not s.pull_request.has_head and not s.pull_request.has_base
+
+
+def test_malformed_payload_is_the_one_shared_class() -> None:
+    assert MalformedPayload is subsets.MalformedPayload
+
+
+def test_every_octokit_example_projects() -> None:
+    with gzip.open(FIXTURES / "github" / "webhooks-examples.json.gz") as f:
+        examples = [(e["name"], x) for e in json.load(f) for x in e["examples"]]
+    assert len(examples) > 300
+    for name, example in examples:
+        s = project(json.dumps(example))
+        assert s.action == example.get("action"), name
+        if name in ("issues", "issue_comment") and "issue" in example:
+            assert s.issue is not None and s.issue.number == example["issue"]["number"]
+        if name in ("pull_request", "pull_request_review"):
+            assert s.pull_request is not None and s.pull_request.number == example["pull_request"]["number"]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from pidispatch.common.models import Job, Target, Trigger
-from pidispatch.router.triggers import RunSpec
+from pidispatch.router.rules import RunSpec
 
 JOB_ID_PREFIX = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azure": "az-"}
 # Forges whose pull requests number apart from issues, so a PR key needs its own separator.
@@ -28,25 +30,47 @@ def job_id(kind: str, delivery: str) -> str:
 
 
 def build_job(
-    *, kind: str, delivery: str, repo: str, target: Target, trigger: Trigger, run: RunSpec
+    *,
+    kind: str,
+    delivery: str,
+    repo: str,
+    target: Target,
+    trigger: Trigger,
+    run: RunSpec,
+    flow: str | None = None,
+    project_id: int | None = None,
+    azure: dict[str, Any] | None = None,
 ) -> Job:
-    """The job before fan-out. An explicit allow-list of the rule's run fields (no spread), so a field
-    added to ``RunSpec`` later never reaches a container by accident."""
+    """The job before fan-out (spec §5.1). An explicit allow-list of the rule's run fields (no spread),
+    so a field added to ``RunSpec`` later never reaches a container by accident; an unset field stays
+    absent. ``flow``, when given, replaces the rule's (a comment naming a known flow); a command rule
+    carries no flow at all. No login, username, email or display name is a parameter here."""
+    chosen = flow if flow is not None else run.flow
     return Job(
         id=job_id(kind, delivery),
         kind=kind,
         repo=repo,
         target=target,
-        flow=run.flow,
+        flow=chosen if run.command is None else None,
         command=run.command,
         trigger=trigger,
+        project_id=project_id,
+        azure=azure,
+        provider=run.provider,
+        model=run.model,
+        max_turns=run.max_turns,
+        models=list(run.models) if run.models is not None else None,
         packages=run.packages,
         image=run.image,
+        backend=run.backend,
+        exclude_tools=list(run.exclude_tools) if run.exclude_tools is not None else None,
+        max_cost_usd=run.max_cost_usd,
         skills_dir=run.skills_dir,
         instructions=run.instructions,
         resume=run.resume,
         secrets=dict(run.secrets) if run.secrets is not None else None,
         secrets_profile=run.secrets_profile,
+        wait_for=[dict(c) for c in run.wait_for] if run.wait_for is not None else None,
         replicas=run.replicas,
     )
 
@@ -59,7 +83,10 @@ def is_close_job(job: Job) -> bool:
 
 
 def semantic_key(job: Job) -> str:
-    """``<repo><sep><number>:<flowSlot>[:r<i>]`` (spec §5.3): one job per item and flow per window."""
+    """``<repo><sep><number>:<flowSlot>[:r<i>]`` (spec §5.3): one job per item and flow per window.
+
+    ``sep`` is ``!`` for pull requests on GitLab and Azure (numbered apart from issues there), else
+    ``#``; ``flowSlot`` is ``[closed:]`` then ``cmd:<command>`` or the flow."""
     if job.target is None:
         raise ValueError("a forge job needs a target")
     sep = "!" if job.target.type == "pull_request" and job.kind in _BANG_PR_KINDS else "#"
@@ -71,7 +98,9 @@ def semantic_key(job: Job) -> str:
 
 
 def fan_out(job: Job) -> list[Job]:
-    """One job per replica. An unflagged job stays byte-identical (no ``replica`` key, no suffix)."""
+    """One job per replica, ids ``<id>-r1`` .. ``-r<n>`` in order. Deterministic, so a fan-out that
+    failed at replica k and is re-run re-finds 1..k-1 by their ids and creates only k..n: exactly n.
+    An unflagged job stays byte-identical (no ``replica`` key, no suffix)."""
     n = job.replicas or 1
     if n <= 1:
         return [job]

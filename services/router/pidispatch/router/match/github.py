@@ -1,36 +1,41 @@
 """The GitHub filter (spec ingest §4.2). Pure: a projected subset and the rules in, a decision out.
 
-Order is load-bearing and fail-closed: no usable sender → drop; the harness itself → drop; only then
-route on event + action. Anything not routed is ``unhandled-event``.
+Order is load-bearing and fail-closed: no usable sender → drop; the harness itself → drop (before any
+author or label logic: under a PAT the harness is OWNER and its own comments and pushes would pass);
+only then route on event + action. Anything not routed is ``unhandled-event``.
+
+Three gates, and which field each reads is the point: ``labeled`` is gated by the label (only
+collaborators can label, so the label is the approval); auto actions by the PR author's association;
+a submitted review by the *reviewer's*. Close routes are gated by the closer's write access, which the
+router looks up only for a close some rule wants (``wants_closer_authority``) and passes in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
-from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
+from pidispatch.common.models import Matched, Sender, Target, Trigger
 from pidispatch.router import jobs
-from pidispatch.router.match.predicate import matched_label, matches
-from pidispatch.router.subsets.github import GitHubSubset
-from pidispatch.router.triggers import ForgeGroup, Rules
+from pidispatch.router.decision import Decision, Drop, Fire
+from pidispatch.router.explain import NO_TRACE, Trace
+from pidispatch.router.match import comment
+from pidispatch.router.match.close import find_close_rule
+from pidispatch.router.match.common import first_label_rule, is_int, present
+from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
+from pidispatch.router.subsets.github import GitHubSubset, PullRequestSubset, ReviewSubset
+
+__all__ = ["Decision", "Drop", "Fire", "decide", "wants_closer_authority"]
 
 KIND = "github"
-
-
-class Drop(msgspec.Struct, frozen=True):
-    reason: str
-
-
-class Fire(msgspec.Struct, frozen=True):
-    """A job draft (id ``gh-<delivery>``, before replica fan-out) and the raw index of the rule."""
-
-    job: Job
-    index: int
-
-
-Decision = Drop | Fire
+AUTHOR_ALLOWLIST = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+PR_AUTO_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
+# triggers.json's word for a submitted review; the wire says `submitted` on `pull_request_review`.
+REVIEW_ACTION = "review_submitted"
+CLOSE_WORD = "closed"
 
 
 class Context(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,17 +45,26 @@ class Context(msgspec.Struct, frozen=True, kw_only=True):
     group: ForgeGroup
     known_flows: frozenset[str]
     delivery: str
+    closer_authorized: Any
+    trace: Trace
 
 
 Route = Callable[[Context], Decision]
 
 
 def decide(
-    event_name: str, subset: GitHubSubset, rules: Rules, self_id: int | None, delivery: str
+    event_name: str,
+    subset: GitHubSubset,
+    rules: Rules,
+    self_id: int | None,
+    delivery: str,
+    closer_authorized: Any = None,
+    trace: Trace = NO_TRACE,
 ) -> Decision:
+    """``closer_authorized`` is the closer lookup's verdict; only the literal ``True`` opens a close."""
     sender_id = subset.sender_id
-    # A bool is an int in Python but never an id; a string "999" must not read as self either.
-    if type(sender_id) is not int:
+    # A string "999" must not read as self, and a missing id must not fall through to a job.
+    if not is_int(sender_id):
         return Drop("missing-sender-id")
     if self_id is not None and sender_id == self_id:
         return Drop("self")
@@ -60,50 +74,219 @@ def decide(
         return Drop("unhandled-event")
     ctx = Context(
         event=event_name, action=action, subset=subset, group=rules.github, known_flows=rules.known_flows,
-        delivery=delivery,
+        delivery=delivery, closer_authorized=closer_authorized, trace=trace,
     )
     return route(ctx)
 
 
-def _trigger(ctx: Context, matched: Matched) -> Trigger:
-    return Trigger(
-        event=ctx.event,
-        action=ctx.action,
-        delivery_id=ctx.delivery,
-        sender=Sender(id=ctx.subset.sender_id),
-        matched=matched,
+def wants_closer_authority(
+    event_name: str, subset: GitHubSubset, group: ForgeGroup, self_id: int | None
+) -> bool:
+    """Is a closer lookup worth making? Only for a close some close rule wants, never for the harness's
+    own close (the filter drops it as ``self``) nor for a shape the route would refuse: the same guards
+    and the same ``find_close_rule`` as the routes, so a lookup is never spent on a delivery then
+    dropped for another reason, and no close routes without one."""
+    if not is_int(subset.sender_id) or (self_id is not None and subset.sender_id == self_id):
+        return False
+    if subset.action != CLOSE_WORD:
+        return False
+    if event_name == "issues":
+        number = subset.issue.number if subset.issue else None
+        rules, type_ = group.issue, "issue"
+    elif event_name == "pull_request":
+        number = subset.pull_request.number if subset.pull_request else None
+        rules, type_ = group.pr_close, "pull_request"
+    else:
+        return False
+    return is_int(number) and find_close_rule(rules, CLOSE_WORD, number, type_)[0] is not None
+
+
+def _fire(
+    ctx: Context, index: int, run: RunSpec, target: Target, matched: Matched, *, flow: str | None = None,
+    comment_data: dict[str, Any] | None = None, review: dict[str, Any] | None = None,
+) -> Decision:
+    repo = ctx.subset.repository
+    if not repo:
+        return Drop("no-repository")
+    trigger = Trigger(
+        event=ctx.event, action=ctx.action, delivery_id=ctx.delivery, sender=Sender(id=ctx.subset.sender_id),
+        matched=matched, comment=comment_data, review=review,
     )
+    job = jobs.build_job(kind=KIND, delivery=ctx.delivery, repo=repo, target=target, trigger=trigger,
+                         run=run, flow=flow)
+    return Fire(job, index)
 
 
 def issue_label(ctx: Context) -> Decision:
     """The issue's current labels against the label rules, first match in file order. No author check:
     on GitHub only collaborators can label, so the label is the approval."""
+    ctx.trace.route("issue-label", "label")
     issue = ctx.subset.issue
-    if issue is None or type(issue.number) is not int:
+    labels = frozenset(issue.labels) if issue else frozenset()
+    rule = first_label_rule(ctx.group.label, labels, ctx.trace)
+    if rule is None:
+        return Drop("no-allowlisted-label")
+    if issue is None or not is_int(issue.number):
         return Drop("missing-issue-number")
-    for rule in ctx.group.label:
-        if matches(rule.predicate, issue.labels):
-            if not ctx.subset.repository:
-                return Drop("no-repository")
-            label = matched_label(rule.predicate, issue.labels)
-            matched = Matched(index=rule.index, type="label", label=label)
-            job = jobs.build_job(
-                kind=KIND,
-                delivery=ctx.delivery,
-                repo=ctx.subset.repository,
-                target=Target(type="issue", number=issue.number, title=issue.title, body=issue.body),
-                trigger=_trigger(ctx, matched),
-                run=rule.run,
-            )
-            return Fire(job, rule.index)
-    return Drop("no-allowlisted-label")
+    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
+    target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-# (event, action) → route. Issue #4 adds: ("issue_comment", "created") comment; ("pull_request",
-# labeled|opened|synchronize|reopened) pull-request; ("pull_request_review", "submitted") review;
-# ("issues", "closed") issue-close; ("pull_request", "closed") PR-close.
+def issue_comment(ctx: Context) -> Decision:
+    """Author association is the approval here (no label carries it), checked before the phrase."""
+    ctx.trace.route("comment", "comment")
+    rule = ctx.group.comment
+    said = ctx.subset.comment
+    association = said.author_association if said else None
+    if association not in AUTHOR_ALLOWLIST:
+        if rule is not None:
+            ctx.trace.rule(rule.index, "comment", "author-not-allowed")
+        return Drop("author-not-allowed")
+    body = said.body if said else None
+    flow = comment.resolve(rule, body, ctx.known_flows)
+    if isinstance(flow, Drop):
+        if rule is not None:
+            ctx.trace.rule(rule.index, "comment", flow.reason)
+        return flow
+    assert rule is not None  # resolve() drops without a rule
+    ctx.trace.rule(rule.index, "comment")
+    issue = ctx.subset.issue
+    if issue is None or not is_int(issue.number):
+        return Drop("missing-issue-number")
+    # A comment on a PR is an issue_comment whose issue is the PR: route it as one, with no head/base.
+    target = Target(type="pull_request" if issue.is_pull_request else "issue", number=issue.number,
+                    title=issue.title, body=issue.body)
+    matched = Matched(index=rule.index, type="comment", phrase=rule.phrase)
+    return _fire(ctx, rule.index, rule.run, target, matched, flow=flow,
+                 comment_data={"body": body, "author_association": association})
+
+
+def _pr_target(pr: PullRequestSubset) -> Target:
+    """head/base are fork data for event.json, never a clone ref; head.repo is the full name string."""
+    return Target(
+        type="pull_request", number=pr.number, title=pr.title, body=pr.body,
+        head=present(ref=pr.head_ref, sha=pr.head_sha, repo=pr.head_repo) if pr.has_head else None,
+        base=present(ref=pr.base_ref) if pr.has_base else None,
+    )
+
+
+def _empty_commented(review: ReviewSubset) -> bool:
+    """A `commented` review with no body has nothing to act on (inline comments ride another event);
+    `approved` / `changes_requested` are the signal themselves and fire with an empty body."""
+    state = review.state if isinstance(review.state, str) else ""
+    return state.lower() == "commented" and not (review.body or "").strip()
+
+
+def _pull_request(ctx: Context, action: str) -> Decision:
+    ctx.trace.route("pull-request", "pull_request")
+    pr = ctx.subset.pull_request
+    if pr is None:
+        return Drop("missing-pull-request")
+    labels = frozenset(pr.labels)
+    review = ctx.subset.review
+    is_review = action == REVIEW_ACTION
+    # One expression for "which actor": the reviewer for a review, else the PR author.
+    if is_review:
+        author_ok = review is not None and review.author_association in AUTHOR_ALLOWLIST
+        if not author_ok:
+            return Drop("review-author-not-allowed")
+        assert review is not None
+        if _empty_commented(review):
+            return Drop("no-review-body")
+    else:
+        author_ok = pr.author_association in AUTHOR_ALLOWLIST
+    state_skipped = False
+    for rule in ctx.group.pull_request:
+        if action not in rule.actions:
+            ctx.trace.rule(rule.index, "pull_request", "action-not-in-rule")
+            continue
+        if action != "labeled" and not author_ok:
+            ctx.trace.rule(rule.index, "pull_request", "pr-author-not-allowed")
+            continue
+        why = why_not(rule.predicate, labels)
+        if why is not None:
+            ctx.trace.rule(rule.index, "pull_request", why)
+            continue
+        # Checked last, so "state skipped" means the verdict was the only thing that failed.
+        if is_review and rule.review_states is not None:
+            state = review.state if review else None
+            if not isinstance(state, str) or state not in rule.review_states:
+                state_skipped = True
+                ctx.trace.rule(rule.index, "pull_request", "review-state-not-matched")
+                continue
+        ctx.trace.rule(rule.index, "pull_request")
+        if not is_int(pr.number):
+            return Drop("missing-pull-request")
+        matched = Matched(index=rule.index, type="pull_request", action=action)
+        review_data = {"id": review.id, "body": review.body, "state": review.state,
+                       "author_association": review.author_association} if is_review and review else None
+        return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched, review=review_data)
+    if state_skipped:
+        return Drop("review-state-not-matched")
+    if action in PR_AUTO_ACTIONS and not author_ok:
+        return Drop("pr-author-not-allowed")
+    return Drop("no-matching-pr-trigger")
+
+
+def pull_request(ctx: Context) -> Decision:
+    return _pull_request(ctx, ctx.action)
+
+
+def pull_request_review(ctx: Context) -> Decision:
+    """A second event on the same route, under the canonical word triggers.json spells."""
+    return _pull_request(ctx, REVIEW_ACTION)
+
+
+def issue_close(ctx: Context) -> Decision:
+    ctx.trace.route("issue-close", "issue")
+    issue = ctx.subset.issue
+    if issue is None or not is_int(issue.number):
+        return Drop("missing-issue-number")
+    rule, reason = find_close_rule(ctx.group.issue, CLOSE_WORD, issue.number, "issue", ctx.trace)
+    if rule is None:
+        return Drop(reason)
+    # After the match, so a close nobody wants never reports an authority decision nobody made.
+    if ctx.closer_authorized is not True:
+        ctx.trace.rule(rule.index, "issue", "closer-not-allowed")
+        return Drop("closer-not-allowed")
+    ctx.trace.rule(rule.index, "issue")
+    matched = Matched(index=rule.index, type="issue", action=CLOSE_WORD, number=issue.number,
+                      once=True if rule.once else None)
+    target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    return _fire(ctx, rule.index, rule.run, target, matched)
+
+
+def pr_close(ctx: Context) -> Decision:
+    """Merged pull requests arrive as `closed`, so they fire close rules too."""
+    ctx.trace.route("pr-close", "pr_close")
+    pr = ctx.subset.pull_request
+    if pr is None or not is_int(pr.number):
+        return Drop("missing-pull-request")
+    rule, reason = find_close_rule(ctx.group.pr_close, CLOSE_WORD, pr.number, "pull_request", ctx.trace)
+    if rule is None:
+        return Drop(reason)
+    if ctx.closer_authorized is not True:
+        ctx.trace.rule(rule.index, "pull_request", "closer-not-allowed")
+        return Drop("closer-not-allowed")
+    ctx.trace.rule(rule.index, "pull_request")
+    matched = Matched(index=rule.index, type="pull_request", action=CLOSE_WORD,
+                      once=True if rule.once else None)
+    return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+
+
+# (event, wire action) → route. Everything else (unlabeled, edited, dismissed, push, ping, a wire action
+# literally `review_submitted` …) is unhandled.
 ROUTES: dict[tuple[str, str], Route] = {
     ("issues", "opened"): issue_label,
     ("issues", "labeled"): issue_label,
     ("issues", "reopened"): issue_label,
+    ("issue_comment", "created"): issue_comment,
+    ("pull_request", "labeled"): pull_request,
+    ("pull_request", "opened"): pull_request,
+    ("pull_request", "synchronize"): pull_request,
+    ("pull_request", "reopened"): pull_request,
+    ("pull_request_review", "submitted"): pull_request_review,
+    ("issues", CLOSE_WORD): issue_close,
+    ("pull_request", CLOSE_WORD): pr_close,
 }

@@ -24,18 +24,25 @@ def matches(predicate: Predicate, labels: Collection[str]) -> bool:
 
     An all-empty predicate is vacuously true; callers that need a positive selector check it at load.
     """
-    present = set(labels)
-    return (
-        (not predicate.any or not present.isdisjoint(predicate.any))
-        and present.issuperset(predicate.all)
-        and present.isdisjoint(predicate.none)
-    )
+    return why_not(predicate, labels) is None
+
+
+def why_not(predicate: Predicate, labels: Collection[str]) -> str | None:
+    """None when the predicate holds, else which clause failed (for ``explain``; no label text)."""
+    present = labels if isinstance(labels, (set, frozenset)) else set(labels)
+    if predicate.any and present.isdisjoint(predicate.any):
+        return "no-any-label"
+    if not present.issuperset(predicate.all):
+        return "missing-all-label"
+    if not present.isdisjoint(predicate.none):
+        return "has-none-label"
+    return None
 
 
 def matched_label(predicate: Predicate, labels: Collection[str]) -> str | None:
     """The label reported as ``matched.label``: the first of the rule's ``any`` (rule order) that is
     present, else ``all[0]``, else none."""
-    present = set(labels)
+    present = labels if isinstance(labels, (set, frozenset)) else set(labels)
     for name in predicate.any:
         if name in present:
             return name

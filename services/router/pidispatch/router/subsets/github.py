@@ -11,10 +11,9 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.router.subsets import MalformedPayload, decode, label_names
 
-class MalformedPayload(ValueError):
-    """The body cannot be a GitHub delivery of this shape; the entry is parked, never retried."""
-
+__all__ = ["GitHubSubset", "MalformedPayload", "label_names", "project"]
 
 # Wire shapes: fields the filter judges are ``Any``; fields only copied into a job are typed, so a job
 # never carries a value the worker could not decode.
@@ -104,9 +103,12 @@ class PullRequestSubset(msgspec.Struct, frozen=True, kw_only=True):
     body: str | None
     author_association: str | None
     labels: tuple[str, ...]
+    # Fork data for the job's event.json, never a clone ref. ``has_*``: the object was sent at all.
+    has_head: bool
     head_ref: str | None
     head_sha: str | None
     head_repo: str | None
+    has_base: bool
     base_ref: str | None
 
 
@@ -129,20 +131,9 @@ class GitHubSubset(msgspec.Struct, frozen=True, kw_only=True):
     review: ReviewSubset | None = None
 
 
-def label_names(raw: Any) -> tuple[str, ...]:
-    """Names of ``[{name}]``; a non-array is no labels, and only string names count."""
-    if not isinstance(raw, list):
-        return ()
-    return tuple(item["name"] for item in raw if isinstance(item, dict) and isinstance(item.get("name"), str))
-
-
 def project(body: str | bytes) -> GitHubSubset:
     """Decode the raw delivery text into the subset, or raise ``MalformedPayload``."""
-    try:
-        p = _decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        # The message names a JSON path and an expected type, never a payload value.
-        raise MalformedPayload(f"github payload does not decode: {exc}") from None
+    p = decode(_decoder, body, "github")
     return GitHubSubset(
         action=p.action,
         sender_id=p.sender.id if p.sender else None,
@@ -172,8 +163,9 @@ def _pull_request(pr: _PullRequest | None) -> PullRequestSubset | None:
     head = pr.head or _Head()
     return PullRequestSubset(
         number=pr.number, title=pr.title, body=pr.body, author_association=pr.author_association,
-        labels=label_names(pr.labels), head_ref=head.ref, head_sha=head.sha,
-        head_repo=head.repo.full_name if head.repo else None, base_ref=pr.base.ref if pr.base else None,
+        labels=label_names(pr.labels), has_head=pr.head is not None, head_ref=head.ref, head_sha=head.sha,
+        head_repo=head.repo.full_name if head.repo else None, has_base=pr.base is not None,
+        base_ref=pr.base.ref if pr.base else None,
     )
 
 

@@ -1,0 +1,30 @@
+"""Small pieces every forge's filter shares. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from pidispatch.router.explain import Trace
+from pidispatch.router.match.predicate import why_not
+from pidispatch.router.rules import LabelRule
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer. A bool is an int in Python but never an id or an item number."""
+    return type(value) is int
+
+
+def first_label_rule(rules: Iterable[LabelRule], labels: Collection[str], trace: Trace) -> LabelRule | None:
+    """The first label rule (file order) whose predicate holds over ``labels``."""
+    for rule in rules:
+        why = why_not(rule.predicate, labels)
+        trace.rule(rule.index, "label", why)
+        if why is None:
+            return rule
+    return None
+
+
+def present(**values: Any) -> dict[str, Any]:
+    """The keys whose value is not None: a job's data keeps absent fields absent, never null."""
+    return {k: v for k, v in values.items() if v is not None}

@@ -1,0 +1,236 @@
+"""The Forgejo/Gitea filter (spec ingest §4.4). Pure.
+
+Same fail-closed order as GitLab: a numeric sender, not the harness, then the resolved permission for
+*every* rule type (whether a Forgejo label is self-gating is not verified across versions, and being
+wrong would let a stranger start paid jobs). Actions arrive in Forgejo's own words and are mapped
+explicitly; a word that is recognised but deliberately ignored (``label_cleared``: removing a label
+must never start a run) drops as ``action-not-actionable``, an unknown one as ``unhandled-event``.
+Rules are matched against the raw word, which is what the operator wrote and the loader validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from pidispatch.common.models import Matched, Sender, Target, Trigger
+from pidispatch.router import jobs
+from pidispatch.router.decision import Decision, Drop, Fire
+from pidispatch.router.explain import NO_TRACE, Trace
+from pidispatch.router.match import comment
+from pidispatch.router.match.close import find_close_rule
+from pidispatch.router.match.common import first_label_rule, is_int, present
+from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
+from pidispatch.router.subsets.forgejo import ForgejoSubset, PullRequestSubset
+
+KIND = "forgejo"
+CLOSE_WORD = "closed"
+ISSUE_ACTIONS = {"opened": "opened", "reopened": "reopened", "label_updated": "labeled", "closed": "closed"}
+PR_ACTIONS = {**ISSUE_ACTIONS, "synchronized": "synchronize"}
+# Recognised and deliberately not actionable; disjoint from both tables.
+IGNORED_ACTIONS = frozenset({
+    "label_cleared", "edited", "assigned", "unassigned", "milestoned", "demilestoned", "reviewed",
+    "review_requested", "review_request_removed",
+})
+LABEL_ROUTE_ACTIONS = frozenset({"opened", "labeled", "reopened"})
+PR_ROUTE_ACTIONS = frozenset({"labeled", "opened", "synchronize", "reopened"})
+# Gitea/Forgejo name the event header after the hook family ("issues" for a label change), but versions
+# and the Forgejo/Gitea header pair may carry the hook type itself: fold those onto their family.
+EVENT_FAMILY = {
+    "issue_assign": "issues", "issue_label": "issues", "issue_milestone": "issues",
+    "pull_request_assign": "pull_request", "pull_request_label": "pull_request",
+    "pull_request_milestone": "pull_request", "pull_request_sync": "pull_request",
+    "pull_request_review_request": "pull_request",
+}
+
+
+def canonical_event(event_name: str, subset: ForgejoSubset) -> str:
+    """The event family a stored Forgejo event name belongs to.
+
+    ``pull_request_comment`` names two hooks: a comment on a pull request (the hook type, whose body is
+    an issue-comment payload) and a review comment (the family name, a pull-request payload whose action
+    is ``reviewed``). The body tells them apart; reviews stay under their own name and drop as not
+    actionable."""
+    if event_name == "pull_request_comment" and subset.has_comment:
+        return "issue_comment"
+    return EVENT_FAMILY.get(event_name, event_name)
+
+
+def map_action(event: str, raw: str) -> str | None:
+    table = PR_ACTIONS if event == "pull_request" else ISSUE_ACTIONS
+    return table.get(raw)
+
+
+def is_recognized(raw: str) -> bool:
+    return raw in IGNORED_ACTIONS or raw in PR_ACTIONS
+
+
+class Context(msgspec.Struct, frozen=True, kw_only=True):
+    event: str
+    raw: str
+    subset: ForgejoSubset
+    group: ForgeGroup
+    known_flows: frozenset[str]
+    delivery: str
+    authorized: Any
+    trace: Trace
+
+
+def decide(
+    event_name: str,
+    subset: ForgejoSubset,
+    rules: Rules,
+    self_id: int | None,
+    delivery: str,
+    authorized: Any,
+    trace: Trace = NO_TRACE,
+) -> Decision:
+    """``authorized`` is the permission lookup's verdict for the sender; only ``True`` opens the gate."""
+    if not is_int(subset.sender_id):
+        return Drop("missing-sender-id")
+    if self_id is not None and subset.sender_id == self_id:
+        return Drop("self")
+    if authorized is not True:
+        return Drop("author-not-allowed")
+    raw = subset.action if isinstance(subset.action, str) else ""
+    event = canonical_event(event_name, subset)
+    ctx = Context(event=event, raw=raw, subset=subset, group=rules.forgejo, known_flows=rules.known_flows,
+                  delivery=delivery, authorized=authorized, trace=trace)
+    unactionable = Drop("action-not-actionable" if is_recognized(raw) else "unhandled-event")
+    if event == "issue_comment":
+        # Outside the tables: a comment's `created` is the same word everywhere.
+        return issue_comment(ctx) if raw == "created" else unactionable
+    action = map_action(event, raw)
+    if action is None:
+        return unactionable
+    if event == "issues" and action in LABEL_ROUTE_ACTIONS:
+        return issue_label(ctx)
+    if event == "issues" and action == "closed":
+        return issue_close(ctx)
+    if event == "pull_request" and raw == CLOSE_WORD:
+        return pr_close(ctx)
+    if event == "pull_request" and action in PR_ROUTE_ACTIONS:
+        return pull_request(ctx)
+    return Drop("unhandled-event")
+
+
+def _fire(
+    ctx: Context, index: int, run: RunSpec, target: Target, matched: Matched, *, flow: str | None = None,
+    comment_data: dict[str, Any] | None = None,
+) -> Decision:
+    repo = ctx.subset.repository
+    if not repo:
+        return Drop("no-repository")
+    # The raw Forgejo word: the record says what the forge said, not our translation.
+    trigger = Trigger(event=ctx.event, action=ctx.raw, delivery_id=ctx.delivery,
+                      sender=Sender(id=ctx.subset.sender_id), matched=matched, comment=comment_data)
+    job = jobs.build_job(kind=KIND, delivery=ctx.delivery, repo=repo, target=target, trigger=trigger,
+                         run=run, flow=flow)
+    return Fire(job, index)
+
+
+def _issue_target(ctx: Context, type_: str = "issue") -> Target | None:
+    issue = ctx.subset.issue
+    if issue is None or not is_int(issue.number):
+        return None
+    return Target(type=type_, number=issue.number, title=issue.title, body=issue.body)
+
+
+def _pr_target(pr: PullRequestSubset) -> Target:
+    """Unlike GitHub, head.repo stays an object ``{full_name}``."""
+    return Target(
+        type="pull_request", number=pr.number, title=pr.title, body=pr.body,
+        head={**present(ref=pr.head_ref, sha=pr.head_sha), "repo": present(full_name=pr.head_repo)},
+        base=present(ref=pr.base_ref),
+    )
+
+
+def issue_comment(ctx: Context) -> Decision:
+    """No association check: the resolved permission already gated the commenter."""
+    ctx.trace.route("comment", "comment")
+    rule = ctx.group.comment
+    body = ctx.subset.comment_body
+    flow = comment.resolve(rule, body, ctx.known_flows)
+    if isinstance(flow, Drop):
+        if rule is not None:
+            ctx.trace.rule(rule.index, "comment", flow.reason)
+        return flow
+    assert rule is not None
+    ctx.trace.rule(rule.index, "comment")
+    # `is_pull` is top-level on Forgejo; reading the wrong marker would route PR comments as issues.
+    target = _issue_target(ctx, "pull_request" if ctx.subset.is_pull else "issue")
+    if target is None:
+        return Drop("missing-issue-number")
+    matched = Matched(index=rule.index, type="comment", phrase=rule.phrase)
+    return _fire(ctx, rule.index, rule.run, target, matched, flow=flow, comment_data={"body": body})
+
+
+def issue_label(ctx: Context) -> Decision:
+    """The current label set, GitHub's semantics (re-fires on reopen or on an unrelated label)."""
+    ctx.trace.route("issue-label", "label")
+    labels = frozenset(ctx.subset.issue.labels) if ctx.subset.issue else frozenset()
+    rule = first_label_rule(ctx.group.label, labels, ctx.trace)
+    if rule is None:
+        return Drop("no-allowlisted-label")
+    target = _issue_target(ctx)
+    if target is None:
+        return Drop("missing-issue-number")
+    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
+    return _fire(ctx, rule.index, rule.run, target, matched)
+
+
+def pull_request(ctx: Context) -> Decision:
+    ctx.trace.route("pull-request", "pull_request")
+    pr = ctx.subset.pull_request
+    if pr is None:
+        return Drop("missing-pull-request")
+    labels = frozenset(pr.labels)
+    for rule in ctx.group.pull_request:
+        if ctx.raw not in rule.actions:
+            ctx.trace.rule(rule.index, "pull_request", "action-not-in-rule")
+            continue
+        why = why_not(rule.predicate, labels)
+        if why is not None:
+            ctx.trace.rule(rule.index, "pull_request", why)
+            continue
+        ctx.trace.rule(rule.index, "pull_request")
+        if not is_int(pr.number):
+            return Drop("missing-pull-request")
+        matched = Matched(index=rule.index, type="pull_request", action=ctx.raw)
+        return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+    return Drop("no-matching-pr-trigger")
+
+
+def issue_close(ctx: Context) -> Decision:
+    ctx.trace.route("issue-close", "issue")
+    target = _issue_target(ctx)
+    if target is None:
+        return Drop("missing-issue-number")
+    rule, reason = find_close_rule(ctx.group.issue, CLOSE_WORD, target.number, "issue", ctx.trace)
+    if rule is None:
+        return Drop(reason)
+    # Unreachable behind the global gate today; kept so a close fails closed under its own token.
+    if ctx.authorized is not True:
+        return Drop("closer-not-allowed")
+    ctx.trace.rule(rule.index, "issue")
+    matched = Matched(index=rule.index, type="issue", action=CLOSE_WORD, number=target.number,
+                      once=True if rule.once else None)
+    return _fire(ctx, rule.index, rule.run, target, matched)
+
+
+def pr_close(ctx: Context) -> Decision:
+    ctx.trace.route("pr-close", "pr_close")
+    pr = ctx.subset.pull_request
+    if pr is None or not is_int(pr.number):
+        return Drop("missing-pull-request")
+    rule, reason = find_close_rule(ctx.group.pr_close, CLOSE_WORD, pr.number, "pull_request", ctx.trace)
+    if rule is None:
+        return Drop(reason)
+    if ctx.authorized is not True:
+        return Drop("closer-not-allowed")
+    ctx.trace.rule(rule.index, "pull_request")
+    matched = Matched(index=rule.index, type="pull_request", action=CLOSE_WORD,
+                      once=True if rule.once else None)
+    return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)

@@ -1,0 +1,171 @@
+"""``explain``: the decision re-run rule by rule, rendered for people and as JSON, with no payload text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from pidispatch.common.models import Event
+from pidispatch.router.explain import Explanation, RuleEntry
+from pidispatch.router.lookup import SelfIds
+from pidispatch.router.match.predicate import Predicate
+from pidispatch.router.pipeline import explain
+from pidispatch.router.rules import (
+    CommentRule,
+    CronRule,
+    ForgeGroup,
+    LabelRule,
+    PullRequestRule,
+    Rules,
+    RunSpec,
+)
+from tests.helpers import load_fixture
+
+SELF = SelfIds(github=999, gitlab=999)
+LOGIN = "secret-login-octocat"
+DELIVERY = "9e8d7c6b-5a49-4382-a716-151413121110"
+
+RULES = Rules(
+    cron=(CronRule(index=0, id="nightly", pattern="0 3 * * *", run={}),),
+    github=ForgeGroup(
+        label=(LabelRule(index=1, predicate=Predicate(any=("ai-fix",)), run=RunSpec(flow="fix")),
+               LabelRule(index=2, predicate=Predicate(any=("bug",), none=("wontfix",)),
+                         run=RunSpec(flow="triage", replicas=2))),
+        comment=CommentRule(index=3, phrase="@pi", run=RunSpec(flow="fix")),
+        pull_request=(PullRequestRule(index=4, actions=frozenset({"opened"}), predicate=Predicate(),
+                                      review_states=None, run=RunSpec(flow="review")),),
+    ),
+    gitlab=ForgeGroup(comment=CommentRule(index=5, phrase="@pi", run=RunSpec(flow="fix"))),
+    forgejo=ForgeGroup(), azure=ForgeGroup(),
+    # Index 6 is a disarmed one-shot: it keeps its place and appears in no group.
+    known_flows=frozenset({"fix", "triage", "review"}), count=7,
+)
+
+
+def github(name: str, payload: dict[str, Any]) -> Event:
+    return Event(forge="github", event=name, delivery=DELIVERY, received_at=1, body=json.dumps(payload))
+
+
+def labeled(labels: tuple[str, ...] = ("bug",), sender: int = 7, action: str = "labeled") -> dict[str, Any]:
+    p = load_fixture("github/issues.labeled.json")
+    p["action"] = action
+    p["sender"].update(id=sender, login=LOGIN)
+    p["issue"]["labels"] = [{"name": n} for n in labels]
+    return p
+
+
+def payload_text(p: dict[str, Any]) -> list[str]:
+    """The strings a person could recognise from the body: titles, bodies, logins, comments."""
+    texts = [LOGIN, p["issue"]["title"], p["issue"]["body"], p["repository"]["full_name"]]
+    if "comment" in p:
+        texts.append(p["comment"]["body"])
+    return [t for t in texts if t]
+
+
+def rendered(e: Explanation) -> str:
+    return "\n".join(e.lines()) + msgspec.json.encode(e).decode()
+
+
+def by_index(e: Explanation) -> dict[int, RuleEntry]:
+    return {r.index: r for r in e.rules}
+
+
+def test_a_fired_delivery_names_its_rule_jobs_and_every_other_rule() -> None:
+    p = labeled()
+    e = explain(github("issues", p), RULES, SELF)
+    assert (e.outcome, e.reason, e.trigger, e.needs_authority, e.verdict) == ("fire", "", 2, False, None)
+    assert e.jobs == (f"gh-{DELIVERY}-r1", f"gh-{DELIVERY}-r2")
+    assert (e.forge, e.event, e.action, e.routes) == ("github", "issues", "labeled", ("issue-label",))
+    rules = by_index(e)
+    assert list(range(7)) == sorted(rules)
+    assert (rules[1].matched, rules[1].why) == (False, "no-any-label")
+    assert (rules[2].matched, rules[2].why, rules[2].forge) == (True, "matched", "github")
+    assert rules[3].why == "not-read-by-route" and rules[4].why == "not-read-by-route"
+    assert (rules[0].type, rules[0].why) == ("cron", "cron-rule")
+    assert (rules[5].why, rules[5].forge) == ("other-forge", "gitlab")
+    assert (rules[6].type, rules[6].why) == ("disarmed", "disarmed")
+    text = rendered(e)
+    assert "fires rule #2" in text and "#2 label (github): MATCH" in text
+    for secret in payload_text(p):
+        assert secret not in text
+
+
+def test_a_dropped_delivery_says_which_clause_failed_and_why_it_dropped() -> None:
+    p = labeled(("bug", "wontfix"))
+    e = explain(github("issues", p), RULES, SELF)
+    assert (e.outcome, e.reason, e.trigger, e.jobs) == ("drop", "no-allowlisted-label", None, ())
+    assert by_index(e)[2].why == "has-none-label"
+    assert "dropped, reason no-allowlisted-label" in e.lines()[1]
+    for secret in payload_text(p):
+        assert secret not in rendered(e)
+
+
+def test_a_comment_by_a_stranger_names_the_gate_on_its_rule() -> None:
+    p = load_fixture("github/issue_comment.created.json")
+    p["comment"].update(body="@pi please fix the title leak", author_association="NONE")
+    p["sender"]["login"] = LOGIN
+    e = explain(github("issue_comment", p), RULES, SELF)
+    assert (e.outcome, e.reason) == ("drop", "author-not-allowed")
+    assert by_index(e)[3].why == "author-not-allowed"
+    for secret in payload_text(p):
+        assert secret not in rendered(e)
+
+
+def test_a_drop_before_routing_reaches_no_rule() -> None:
+    e = explain(github("issues", labeled(sender=999)), RULES, SELF)
+    assert (e.outcome, e.reason, e.routes) == ("drop", "self", ())
+    assert {r.why for r in e.rules if r.forge == "github"} == {"not-reached"}
+
+
+def gitlab_note(body: str = "@pi go") -> Event:
+    p = load_fixture("gitlab/comment-issue-event.json")
+    p["object_attributes"].update(note=body, action="create")
+    p["user"]["username"] = LOGIN
+    p["project"]["path_with_namespace"] = "group/proj"
+    return Event(forge="gitlab", event="note", delivery=DELIVERY, received_at=1, body=json.dumps(p))
+
+
+def test_an_ask_case_says_it_would_fire_if_allowed_and_asks_nobody() -> None:
+    e = explain(gitlab_note(), RULES, SELF)
+    assert (e.outcome, e.needs_authority, e.verdict, e.trigger, e.jobs) == ("ask", True, None, 5, ())
+    assert by_index(e)[5].matched
+    text = rendered(e)
+    assert "would fire rule #5" in text and "authority: needed, not asked" in text
+    assert LOGIN not in text and "@pi go" not in text
+
+
+@pytest.mark.parametrize(("verdict", "outcome", "reason"),
+                         [(True, "fire", ""), (False, "drop", "author-not-allowed")])
+def test_a_given_verdict_is_used_and_shown(verdict: bool, outcome: str, reason: str) -> None:
+    e = explain(gitlab_note(), RULES, SELF, authorized=verdict)
+    assert (e.outcome, e.reason, e.verdict, e.needs_authority) == (outcome, reason, verdict, True)
+    assert ("allowed" if verdict else "refused") in "\n".join(e.lines())
+    if not verdict:
+        assert by_index(e)[5].why == "not-reached"
+
+
+def test_a_verdict_is_not_needed_where_it_changes_nothing() -> None:
+    e = explain(gitlab_note("no phrase here"), RULES, SELF, authorized=False)
+    assert (e.outcome, e.reason, e.needs_authority, e.verdict) == ("drop", "no-trigger-phrase", False, None)
+
+
+def test_words_that_are_not_forge_vocabulary_are_not_shown() -> None:
+    p = labeled(action="labeled; rm -rf / <script>")
+    e = explain(github("issues", p), RULES, SELF)
+    assert e.action is None and e.reason == "unhandled-event"
+    assert "rm -rf" not in rendered(e)
+
+
+def test_the_json_form_round_trips() -> None:
+    e = explain(github("issues", labeled()), RULES, SELF)
+    assert msgspec.json.decode(msgspec.json.encode(e), type=Explanation) == e
+
+
+def test_an_empty_file_renders() -> None:
+    empty = Rules(github=ForgeGroup(), gitlab=ForgeGroup(), forgejo=ForgeGroup(), azure=ForgeGroup(), cron=(),
+                  known_flows=frozenset(), count=0)
+    e = explain(github("issues", labeled()), empty, SELF)
+    assert e.rules == () and "(the file has no rules)" in e.lines()[-1]
