@@ -21,15 +21,18 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.common.streams import ensure_group, read_group
-from pidispatch.router import service
-from pidispatch.router.match.github import Fire
-from pidispatch.router.service import Router, choose_minid, run_router, trim_events
+from pidispatch.router import pipeline
+from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
+from pidispatch.router.trim import choose_minid, trim_events
 from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, wait_for
 
 LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # issue #1, label "bug"
 BUG_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}
-CRON = {"on": {"type": "cron", "id": "n", "pattern": "0 3 * * *"}, "run": {"kind": "local"}}
+CRON = {
+    "on": {"type": "cron", "id": "n", "pattern": "0 3 * * *"},
+    "run": {"kind": "local", "folder": "/srv/app", "flow": "nightly", "task": "tidy up"},
+}
 
 
 def rules_of(*entries: dict[str, Any]) -> Rules:
@@ -131,7 +134,8 @@ async def test_router_records_drop_reason_and_enqueues_nothing(
                                              what="a drop decision")
     assert drops[no_label]["outcome"] == "dropped" and drops[no_label]["reason"] == "no-allowlisted-label"
     assert drops[pinged]["reason"] == "unhandled-event"
-    assert drops[gitlab]["reason"] == "forge-not-enabled"
+    # An empty GitLab body has no user: dropped before any lookup could be asked for.
+    assert drops[gitlab]["reason"] == "missing-sender-id"
     assert all(d["jobs"] == "" and d["trigger"] == "" for d in drops.values())
     assert await redis.xlen(keys.jobs) == 0
     assert await pending(redis, keys) == 0
@@ -149,28 +153,61 @@ async def test_a_second_delivery_for_the_same_issue_and_flow_is_deduplicated(
     assert await redis.xlen(keys.jobs) == 1
 
 
-async def test_router_reprocessing_after_crash_before_ack_creates_no_duplicate_job(
+async def test_router_killed_after_enqueue_before_ack_creates_no_duplicate_job(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """kill -9 lands exactly between the enqueue and the ack (a crash point); a second router claims
+    the idle entry, re-processes it, and the job script answers "duplicate": exactly one job."""
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
+    delivery, entry = await append(redis, keys)
+    env = {**base_env, "PD_CLAIM_IDLE_MS": "200"}
+    doomed = ServiceProcess(
+        "router", {**env, "PD_ROUTER_NAME": "router-doomed", "PD_FAULT_INJECT": "router-after-enqueue"},
+        tmp_path / "doomed.log",
+    )
+    doomed.start()
+    assert doomed.proc is not None
+    await wait_for(lambda: doomed.proc.poll() is not None, timeout=15, what="the router to die")  # type: ignore[union-attr]
+    assert doomed.proc.returncode == -9
+    assert await redis.xlen(keys.jobs) == 1 and await pending(redis, keys) == 1
+    assert await decision(redis, keys, delivery) == {}
+
+    peer = ServiceProcess("router", {**env, "PD_ROUTER_NAME": "router-peer"}, tmp_path / "peer.log")
+    peer.start()
+    try:
+        d = await wait_for(lambda: decision(redis, keys, delivery), timeout=15, what="the peer's decision")
+        await wait_for(lambda: _zero(redis, keys), what="the entry to be acked")
+    finally:
+        assert peer.stop() == 0
+    assert d["outcome"] == "queued" and d["jobs"] == f"gh-{delivery}" and d["entry"] == entry
+    assert await redis.xlen(keys.jobs) == 1
+    assert [line["existing"] for line in peer.logged("enqueued")] == [True]
+
+
+async def test_two_routers_in_one_group_share_the_work_without_duplicates(
     base_env: dict[str, str], redis: Redis, keys: Keys
 ) -> None:
-    settings = settings_for(base_env, PD_CLAIM_IDLE_MS="100")
+    settings = settings_for(base_env)
     rules = rules_of(BUG_RULE)
-    delivery, entry = await append(redis, keys)
-    # Router "dead" reads the entry and enqueues its job, then dies before recording and acking.
-    await ensure_group(redis, keys.events, ROUTER_GROUP)
-    [(_, entry_id, fields)] = await read_group(redis, ROUTER_GROUP, "router-dead", {keys.events: ">"}, 10)
-    dead = Router(settings, redis, keys, RulesRef(rules), now_ms, "router-dead", None)
-    event = Event.from_fields(fields)
-    fire = dead.decide(event)
-    assert isinstance(fire, Fire)
-    await dead.enqueue_jobs(event, fire)
-    assert await redis.xlen(keys.jobs) == 1 and await pending(redis, keys) == 1
+    async with running_router(settings, redis, keys, rules, consumer="router-a"), \
+            running_router(settings, redis, keys, rules, consumer="router-b"):
+        deliveries = []
+        for i in range(40):
+            body = json.loads(LABELED)
+            body["issue"]["number"] = 100 + i  # distinct issues, so the semantic window keeps them all
+            deliveries.append((await append(redis, keys, body=json.dumps(body)))[0])
+        await wait_for(lambda: _all_decided(redis, keys, deliveries), timeout=20, what="every decision")
+        await wait_for(lambda: _zero(redis, keys), what="every entry acked")
+    assert await redis.xlen(keys.jobs) == 40
+    consumers = {_s(c["name"]) for c in await redis.xinfo_consumers(keys.events, ROUTER_GROUP)}
+    assert consumers == {"router-a", "router-b"}
 
-    # A peer claims the idle entry and re-processes it: the job already exists, nothing is added twice.
-    async with running_router(settings, redis, keys, rules, consumer="router-peer"):
-        d = await wait_for(lambda: decision(redis, keys, delivery), what="the peer's decision")
-        await wait_for(lambda: _zero(redis, keys), what="the entry to be acked")
-    assert d["outcome"] == "queued" and d["jobs"] == f"gh-{delivery}" and d["entry"] == entry_id == entry
-    assert await redis.xlen(keys.jobs) == 1
+
+async def _all_decided(redis: Redis, keys: Keys, deliveries: list[str]) -> bool:
+    for d in deliveries:
+        if not await redis.exists(keys.event("github", d)):
+            return False
+    return True
 
 
 async def test_restarted_router_finishes_its_own_pending_entries_first(
@@ -217,16 +254,16 @@ async def test_poison_event_goes_to_dead_and_does_not_block_the_next(
 async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deliveries(
     base_env: dict[str, str], redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_decide = service.decide
+    real_plan = pipeline.plan
     calls: list[str] = []
 
-    def flaky(event_name: str, subset: Any, rules: Rules, self_id: int | None, delivery: str) -> Any:
-        if delivery == "boom":
-            calls.append(delivery)
+    def flaky(event: Event, rules: Rules, self_ids: Any) -> Any:
+        if event.delivery == "boom":
+            calls.append(event.delivery)
             raise RuntimeError("bug in a filter")
-        return real_decide(event_name, subset, rules, self_id, delivery)
+        return real_plan(event, rules, self_ids)
 
-    monkeypatch.setattr(service, "decide", flaky)
+    monkeypatch.setattr(pipeline, "plan", flaky)
     settings = settings_for(base_env, PD_CLAIM_IDLE_MS="100", PD_MAX_DELIVERIES="2")
     async with running_router(settings, redis, keys, rules_of(BUG_RULE)):
         _, boom_entry = await append(redis, keys, delivery="boom")
@@ -237,7 +274,7 @@ async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deli
     assert _s(parked[b"entry"]) == boom_entry and _s(parked[b"reason"]) == "processing-failed"
     assert _s(parked[b"deliveries"]) == "2" and calls == ["boom", "boom"]
     assert await pending(redis, keys) == 0
-    assert await decision(redis, keys, "boom") == {}
+    assert (await decision(redis, keys, "boom"))["outcome"] == "dead"
 
 
 async def test_router_survives_redis_restart(base_env: dict[str, str], keys: Keys, tmp_path: Path) -> None:
@@ -275,7 +312,9 @@ async def test_router_survives_redis_restart(base_env: dict[str, str], keys: Key
     [
         ({"triggers": [BUG_RULE, {"on": {"type": "label", "any": "bug"},
                                   "run": {"kind": "github", "flow": "x"}}]}, {}, "triggers[1].on.any"),
-        ({"triggers": [BUG_RULE]}, {"GITHUB_AUTH_SOURCE": "pat"}, "GITHUB_SELF_ID"),
+        ({"triggers": [BUG_RULE]}, {"GITHUB_AUTH_SOURCE": "pat"}, "GITHUB_PAT"),
+        ({"triggers": [{"on": {"type": "label", "any": ["x"]},
+                        "run": {"kind": "gitlab", "flow": "x"}}]}, {}, "GITLAB_TOKEN"),
         ({"triggers": [BUG_RULE]}, {"PD_ROUTER_NAME": "bad name"}, "PD_ROUTER_NAME"),
     ],
 )

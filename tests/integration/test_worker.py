@@ -110,6 +110,11 @@ async def state(redis: Redis, keys: Keys, job: Job) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
+async def _state_is(redis: Redis, keys: Keys, job: Job, wanted: str) -> dict[str, str] | None:
+    st = await state(redis, keys, job)
+    return st if st.get("state") == wanted else None
+
+
 async def test_worker_runs_job_in_isolated_container_and_records_completed(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, worker_name: str
 ) -> None:
@@ -137,8 +142,11 @@ async def test_worker_runs_job_in_isolated_container_and_records_completed(
         await wait_for(marker.exists, 10, what="the agent's marker file")
         assert marker.read_text().strip() == "1000"
         assert marker.stat().st_uid == 1000
-        st = await state(redis, keys, job)
-        assert st["state"] == "running" and st["host"] == worker_name and st["attempt"] == "1"
+        # The hash says "running" once the worker has seen the start succeed (just after the agent began).
+        st = await wait_for(
+            lambda: _state_is(redis, keys, job, "running"), 10, what="the job hash to say running"
+        )
+        assert st["host"] == worker_name and st["attempt"] == "1"
         assert st["container"] == info["Id"]
 
         rec = await record(settings, job)

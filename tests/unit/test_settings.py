@@ -42,7 +42,6 @@ def test_valkey_url_is_an_alias_and_redis_url_wins() -> None:
         ({"PI_JOB_CPUS": "0"}, "PI_JOB_CPUS"),
         ({"PI_JOB_IMAGE": "--privileged"}, "PI_JOB_IMAGE"),
         ({"GITHUB_AUTH_SOURCE": "token"}, "GITHUB_AUTH_SOURCE"),
-        ({"GITHUB_SELF_ID": "me"}, "GITHUB_SELF_ID"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], names: str) -> None:

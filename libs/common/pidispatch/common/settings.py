@@ -31,7 +31,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     webhook_secret: str | None = None
     github_auth_source: str | None = None
-    github_self_id: int | None = None
     receiver_port: int = 3000
     receiver_bind: str = "0.0.0.0"
     triggers_file: str = "triggers.json"
@@ -111,11 +110,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
 
-    self_id_raw = _get(env, "GITHUB_SELF_ID")
-    github_self_id = None
-    if self_id_raw is not None:
-        github_self_id = _int(env, "GITHUB_SELF_ID", 0, 1, 2**53)
-
     auth_source = _get(env, "GITHUB_AUTH_SOURCE")
     if auth_source is not None and auth_source not in ("gh", "pat", "app"):
         raise ConfigError(f"GITHUB_AUTH_SOURCE={auth_source!r} is refused; accepted: gh, pat, app")
@@ -143,7 +137,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),
         webhook_secret=_get(env, "WEBHOOK_SECRET"),
         github_auth_source=auth_source,
-        github_self_id=github_self_id,
         receiver_port=_int(env, "RECEIVER_PORT", 3000, 1, 65535),
         receiver_bind=_get(env, "RECEIVER_BIND") or "0.0.0.0",
         triggers_file=_get(env, "PI_TRIGGERS_FILE") or "triggers.json",

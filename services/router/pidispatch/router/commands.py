@@ -1,35 +1,174 @@
-"""``pi-dispatch router`` and ``python -m pidispatch.router``: one startup function for both."""
+"""The router's CLI verbs: ``router`` (the service; also ``python -m pidispatch.router``), and the
+operator's view of stored deliveries: ``events``, ``explain``, ``replay``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import sys
+from datetime import UTC, datetime
 
+import msgspec
+
+from pidispatch.common.errors import InfraError
+from pidispatch.common.forges import ForgeConfig, create_http, load_forge_config
+from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.keys import Keys
-from pidispatch.common.log import configure_logging
-from pidispatch.common.redis import create_redis
+from pidispatch.common.log import configure_logging, get_logger
+from pidispatch.common.models import Event
+from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms, stop_on_signals
-from pidispatch.common.settings import load_settings
-from pidispatch.router.service import consumer_name, resolve_self_id, run_router
-from pidispatch.router.triggers import RulesRef, load_triggers
+from pidispatch.common.settings import Settings, load_settings
+from pidispatch.router import events, pipeline
+from pidispatch.router.authority import Authority
+from pidispatch.router.identity import resolve_self_ids
+from pidispatch.router.lookup import Question, SelfIds, Verdict
+from pidispatch.router.rules import Rules, RulesRef
+from pidispatch.router.service import consumer_name, run_router
+from pidispatch.router.subsets import MalformedPayload
+from pidispatch.router.triggers import load_triggers
+from pidispatch.router.watch import watch_triggers
+
+# Forges whose every firing delivery needs a lookup; GitHub needs one only for close rules.
+_LOOKUP_ALWAYS = ("gitlab", "forgejo", "azure")
+
+
+def require_credentials(rules: Rules, config: ForgeConfig) -> None:
+    """Rules that can only fire after a forge lookup need that forge's credentials: refuse to start
+    without them (exit 2) rather than park every such event as ``lookup-failed``."""
+    for forge in _LOOKUP_ALWAYS:
+        group = rules.group(forge)
+        if group.label or group.comment or group.pull_request or group.pr_close or group.issue:
+            config.require(forge)
+    if rules.github.issue or rules.github.pr_close:
+        config.require("github")
 
 
 async def serve(_args: argparse.Namespace | None = None) -> int:
-    """Validate everything first (a bad file or variable exits 2 before any connection), then route
-    until SIGTERM/SIGINT and close the client."""
+    """Validate everything first (a bad file or variable exits 2 before any connection), resolve the
+    harness's identity on each forge, then route until SIGTERM/SIGINT."""
     configure_logging("router")
     settings = load_settings()
+    forges = load_forge_config()
     consumer = consumer_name()
-    resolve_self_id(settings)
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
+    require_credentials(rules, forges)
     stop = stop_on_signals()
+    http = create_http()
     redis = create_redis(settings.redis_url)
     try:
-        await run_router(
-            settings, redis, Keys(settings.key_prefix), RulesRef(rules), stop, now_ms, consumer=consumer
-        )
+        github_auth = GithubAuth(forges, http) if forges.github.configured else None
+        self_ids = await resolve_self_ids(forges, github_auth, http)
+        for forge in ("github", "gitlab", "forgejo", "azure"):
+            if forge not in forges.configured_forges():
+                # No credentials: the harness cannot author events there, so no identity is needed.
+                get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")
+        authority = Authority(forges, github_auth, http)
+
+        async def ask(question: Question, delivery: str) -> Verdict:
+            return await authority.ask(question, delivery=delivery)
+
+        rules_ref = RulesRef(rules)
+        watcher = asyncio.create_task(watch_triggers(settings.triggers_file, rules_ref, stop))
+        try:
+            await run_router(
+                settings, redis, Keys(settings.key_prefix), rules_ref, stop, now_ms,
+                self_ids=self_ids, ask=ask, consumer=consumer,
+            )
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
     finally:
         await redis.aclose()
+        await http.close()
+    return 0
+
+
+async def _with_redis(settings: Settings) -> Redis:
+    redis = create_redis(settings.redis_url)
+    try:
+        await asyncio.wait_for(redis.ping(), 3)
+    except Exception:
+        await redis.aclose()
+        where = settings.redis_url.split("@")[-1]  # never print a password
+        raise InfraError(f"Redis at REDIS_URL is not answering ({where})") from None
+    return redis
+
+
+def _ts(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+async def events_command(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    redis = await _with_redis(settings)
+    try:
+        rows = await events.recent(redis, Keys(settings.key_prefix), args.limit)
+    finally:
+        await redis.aclose()
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
+        return 0
+    if not rows:
+        print("no stored deliveries")
+        return 0
+    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<22} {'outcome':<13} {'reason/jobs':<40} delivery")
+    for row in rows:
+        detail = row.reason or ",".join(row.jobs) or "-"
+        print(f"{_ts(row.received_at):<20} {row.forge:<8} {row.event[:22]:<22} "
+              f"{row.outcome or 'not decided':<13} {detail[:40]:<40} {row.delivery}")
+    return 0
+
+
+async def _stored(args: argparse.Namespace) -> tuple[Settings, Redis, str, Event]:
+    settings = load_settings()
+    redis = await _with_redis(settings)
+    found = await events.find(redis, Keys(settings.key_prefix), args.delivery, args.forge)
+    if found is None:
+        await redis.aclose()
+        raise InfraError(
+            f"delivery {args.delivery} is not in the stored events (never received, or trimmed past "
+            "PD_EVENTS_MAXLEN)"
+        )
+    return settings, redis, found[0], found[1]
+
+
+async def explain_command(args: argparse.Namespace) -> int:
+    """Re-run the match on the stored event against the current triggers file; changes nothing and
+    asks no forge (a rule that needs the actor's authority says so)."""
+    settings, redis, _entry, event = await _stored(args)
+    await redis.aclose()
+    rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
+    forges = load_forge_config()
+    self_ids = SelfIds(
+        github=forges.github.self_id, gitlab=forges.gitlab.self_id, forgejo=forges.forgejo.bot_id,
+        azure_id=forges.azure.self_id, azure_email=forges.azure.self_email,
+    )
+    authorized = {"yes": True, "no": False}.get(args.assume_authorized)
+    try:
+        explanation = pipeline.explain(event, rules, self_ids, authorized)
+    except MalformedPayload as exc:
+        print(f"delivery {args.delivery}: the stored body does not have the forge's shape ({exc})")
+        return 1
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(explanation).decode() + "\n")
+    else:
+        print("\n".join(explanation.lines()))
+    return 0
+
+
+async def replay_command(args: argparse.Namespace) -> int:
+    settings, redis, entry, event = await _stored(args)
+    try:
+        new_entry = await events.replay(redis, Keys(settings.key_prefix), event, now_ms())
+    finally:
+        await redis.aclose()
+    print(f"replayed {event.forge} delivery {event.delivery} (stored as {entry}) as entry {new_entry}; "
+          "the router re-decides it with the current triggers file, and job dedup still holds")
     return 0
 
 
@@ -38,7 +177,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "router",
         help="consume pd:events, match triggers.json, enqueue jobs",
         description="Route verified forge events to jobs. Env: REDIS_URL, PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
-        "GITHUB_SELF_ID, PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, "
-        "PD_MAX_DELIVERIES, PD_EVENTS_MAXLEN.",
+        "forge credentials (GITHUB_AUTH_SOURCE, GITLAB_TOKEN, FORGEJO_TOKEN, AZURE_TOKEN, ...), "
+        "PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, PD_MAX_DELIVERIES, "
+        "PD_EVENTS_MAXLEN.",
     )
     parser.set_defaults(func=serve)
+
+    ev = sub.add_parser("events", help="recent deliveries and what the router decided")
+    ev.add_argument("--limit", type=int, default=20)
+    ev.add_argument("--json", action="store_true", help="one JSON array for scripts")
+    ev.set_defaults(func=events_command)
+
+    ex = sub.add_parser("explain", help="why a delivery did or did not fire (changes nothing)")
+    ex.add_argument("delivery")
+    ex.add_argument("--forge", choices=events.FORGES)
+    ex.add_argument("--assume-authorized", choices=("yes", "no"),
+                    help="answer the forge-authority question instead of leaving it open")
+    ex.add_argument("--json", action="store_true")
+    ex.set_defaults(func=explain_command)
+
+    rp = sub.add_parser("replay", help="re-process a stored delivery (dedup still holds)")
+    rp.add_argument("delivery")
+    rp.add_argument("--forge", choices=events.FORGES)
+    rp.set_defaults(func=replay_command)

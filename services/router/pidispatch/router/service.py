@@ -5,6 +5,9 @@ deterministic id, and only then are the decision and the XACK written together. 
 anywhere before that MULTI leaves the entry pending; a peer (or its own restart) re-processes it and the
 script answers ``duplicate`` instead of adding a second job.
 
+Work is done a page at a time: decisions are pure and computed first, forge lookups for the page run
+concurrently, every enqueue of the page goes in one pipeline, and every decision + ack in one MULTI.
+
 Consumer names: ``PD_ROUTER_NAME`` if set, else ``router-<hostname>``. The name is stable so a restarted
 router re-reads its own pending entries first; two routers on one host must be given distinct names, or
 they share one pending list (still safe, but each re-processes the other's in-flight entries).
@@ -18,7 +21,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from itertools import chain
 from typing import Any
 
@@ -28,6 +31,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import (
     DEDUP_WINDOW_MS,
@@ -38,10 +42,10 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Event, Fields, job_to_fields
+from pidispatch.common.models import Event, Fields, decode_fields, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.common.scripts import ENQUEUE, NTH_OLDEST_ID
+from pidispatch.common.scripts import ENQUEUE
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -51,12 +55,15 @@ from pidispatch.common.streams import (
     read_group,
     send_to_dead,
 )
-from pidispatch.router import jobs
-from pidispatch.router.match.github import Decision, Drop, Fire, decide
-from pidispatch.router.subsets.github import MalformedPayload, project
-from pidispatch.router.triggers import RulesRef
+from pidispatch.router import jobs, pipeline
+from pidispatch.router.decision import Ask, Drop, Fire
+from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
+from pidispatch.router.rules import RulesRef
+from pidispatch.router.subsets import MalformedPayload
+from pidispatch.router.trim import trim_events
 
 Clock = Callable[[], int]
+Asker = Callable[[Question, str], Awaitable[Verdict]]
 
 CONSUMER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 READ_COUNT = 64
@@ -64,18 +71,32 @@ CLAIM_COUNT = 64
 # Bounded work per claim tick, so a huge pending list never starves new events; the cursor carries over.
 CLAIM_PAGES_PER_TICK = 8
 TRIM_INTERVAL_S = 30.0
-# At most this many entries are scanned (server-side) per trim to find the MAXLEN-th newest id.
-TRIM_SCAN_MAX = 10_000
+# Own entries left pending by a failed lookup or a processing error are retried after
+# RETRY_FIRST_MS * 2^(deliveries-1), capped; Redis's idle time and delivery count hold that state, so it
+# survives a restart.
+RETRY_FIRST_MS = 1_000
+RETRY_MAX_MS = 60_000
+RETRY_TICK_S = 0.5
 # Errors that mean "Redis is not answering": back off and retry, never exit.
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
 
-
 class Outcome(msgspec.Struct, frozen=True):
-    outcome: str  # queued | dropped | deduplicated
+    outcome: str  # queued | dropped | deduplicated | pending
     reason: str = ""
     jobs: tuple[str, ...] = ()
     trigger: str = ""
+
+
+class _Work(msgspec.Struct):
+    """One entry of a page on its way through decide → ask → enqueue → record."""
+
+    entry_id: str
+    fields: Fields
+    event: Event | None = None
+    decision: Drop | Fire | Ask | None = None
+    outcome: Outcome | None = None
+    replies: list[Any] = msgspec.field(default_factory=list)
 
 
 def consumer_name(env: Mapping[str, str] | None = None) -> str:
@@ -92,58 +113,17 @@ def consumer_name(env: Mapping[str, str] | None = None) -> str:
     return f"router-{host or 'localhost'}"
 
 
-def resolve_self_id(settings: Settings) -> int | None:
-    """The harness's own GitHub user id (bot-loop guard). Without credentials it cannot author events,
-    so no identity is needed; with credentials it must be known before the first event."""
-    if settings.github_self_id is not None:
-        return settings.github_self_id
-    if settings.github_auth_source is not None:
-        raise ConfigError(
-            "GITHUB_SELF_ID is required when GITHUB_AUTH_SOURCE is set (the router must recognise the "
-            "harness's own events); accepted: the numeric GitHub user id of the harness account"
-        )
-    return None
+def retry_after_ms(deliveries: int) -> int:
+    """How long an own pending entry rests before its next try."""
+    return int(min(RETRY_FIRST_MS * 2 ** max(deliveries - 1, 0), RETRY_MAX_MS))
 
 
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def choose_minid(groups: list[tuple[str | None, str]], nth_newest: str | None) -> str | None:
-    """The MINID for ``XTRIM``: never past any group's oldest pending or last-delivered entry (unfinished
-    work), never keeping more than ``nth_newest`` allows. ``groups`` = [(oldest pending, last delivered)].
-    None means do not trim (nothing over the cap, no group to protect, or nothing delivered yet)."""
-    if nth_newest is None or not groups:
-        return None
-    bound = nth_newest
-    for pending, delivered in groups:
-        for candidate in (pending, delivered):
-            if candidate is not None and _id_key(candidate) < _id_key(bound):
-                bound = candidate
-    return None if _id_key(bound) == (0, 0) else bound
-
-
-async def trim_events(r: Redis, stream: str, maxlen: int, *, approximate: bool = True) -> str | None:
-    """Trim ``stream`` to ~``maxlen`` finished entries; returns the MINID used, if any."""
-    length = await r.xlen(stream)
-    if length <= maxlen:
-        return None
-    nth = await r.eval(NTH_OLDEST_ID, 1, stream, min(length - maxlen + 1, TRIM_SCAN_MAX))
-    groups: list[tuple[str | None, str]] = []
-    for info in await r.xinfo_groups(stream):
-        name = _s(info["name"])
-        summary = await r.xpending(stream, name)
-        oldest = _s(summary["min"]) if summary["pending"] else None
-        groups.append((oldest, _s(info["last-delivered-id"])))
-    minid = choose_minid(groups, _s(nth) if nth else None)
-    if minid is not None:
-        await r.xtrim(stream, minid=minid, approximate=approximate)
-    return minid
+async def _no_authority(question: Question, delivery: str) -> Verdict:
+    return Indeterminate("not-configured")
 
 
 async def run_router(
@@ -154,17 +134,16 @@ async def run_router(
     stop: asyncio.Event,
     clock: Clock = now_ms,
     *,
+    self_ids: SelfIds | None = None,
+    ask: Asker | None = None,
     consumer: str | None = None,
 ) -> None:
     """Consume ``pd:events`` until ``stop`` is set. Transient Redis errors never end it."""
-    self_id = resolve_self_id(settings)
-    log = get_logger()
-    if self_id is None:
-        log.info("self_identity", forge="github", resolved=False, reason="no-credentials")
-    else:
-        log.info("self_identity", forge="github", resolved=True, source="GITHUB_SELF_ID")
-    router = Router(settings, redis, keys, rules_ref, clock, consumer or consumer_name(), self_id)
-    log.info("router_started", consumer=router.consumer, rules=rules_ref.current.count)
+    router = Router(
+        settings, redis, keys, rules_ref, clock, consumer or consumer_name(),
+        self_ids or SelfIds(), ask or _no_authority,
+    )
+    get_logger().info("router_started", consumer=router.consumer, rules=rules_ref.current.count)
     await router.run(stop)
 
 
@@ -177,10 +156,11 @@ class Router:
         rules_ref: RulesRef,
         clock: Clock,
         consumer: str,
-        self_id: int | None,
+        self_ids: SelfIds,
+        ask: Asker,
     ) -> None:
         self.settings, self.redis, self.keys, self.rules_ref = settings, redis, keys, rules_ref
-        self.clock, self.consumer, self.self_id = clock, consumer, self_id
+        self.clock, self.consumer, self.self_ids, self.ask = clock, consumer, self_ids, ask
         self.log = get_logger()
         self._enqueue = redis.register_script(ENQUEUE)
         self._group_ready = False
@@ -189,6 +169,7 @@ class Router:
         self._claim_every = max(settings.claim_idle_ms / 2000, 1.0)
         self._next_claim = 0.0
         self._next_trim = 0.0
+        self._next_retry = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff, redis_health = Backoff(), Health("redis_unreachable", "redis_restored")
@@ -201,11 +182,15 @@ class Router:
                 self._backlog = "0"
                 await backoff.pause(stop)
                 continue
-            except Exception as exc:
-                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):
                     # The stream or group was deleted under us (e.g. Redis restarted empty): recreate it.
                     self._group_ready = False
                     continue
+                self.log.error("router_error", error=type(exc).__name__)
+                await backoff.pause(stop)
+                continue
+            except Exception as exc:
                 # Not per-entry (those are handled in ``process``): log, back off, keep the service up.
                 self.log.error("router_error", error=type(exc).__name__)
                 await backoff.pause(stop)
@@ -222,6 +207,9 @@ class Router:
         if now >= self._next_claim:
             self._next_claim = now + self._claim_every
             await self._claim()
+        if now >= self._next_retry:
+            self._next_retry = now + RETRY_TICK_S
+            await self._retry_own()
         if now >= self._next_trim:
             self._next_trim = now + TRIM_INTERVAL_S
             await self._trim()
@@ -233,15 +221,15 @@ class Router:
             self._backlog = entries[-1][1] if entries else None
         else:
             entries = await self._read_new(stop)
-        for _, entry_id, fields in entries:
-            await self.process(entry_id, fields)
+        if entries:
+            await self.process_page([(entry_id, fields) for _, entry_id, fields in entries])
 
     async def _read_new(self, stop: asyncio.Event) -> list[Entry]:
         """A blocking read that a stop interrupts at once. Cancelling it is safe: anything the server
         already delivered to us stays pending under our name and is re-read or claimed later."""
         read = asyncio.ensure_future(read_group(
             self.redis, ROUTER_GROUP, self.consumer, {self.keys.events: ">"},
-            count=READ_COUNT, block_ms=READ_BLOCK_MS,
+            count=READ_COUNT, block_ms=min(READ_BLOCK_MS, int(RETRY_TICK_S * 1000)),
         ))
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -261,15 +249,38 @@ class Router:
                 self.redis, self.keys.events, ROUTER_GROUP, self.consumer, self.settings.claim_idle_ms,
                 cursor=self._claim_cursor, count=CLAIM_COUNT,
             )
-            for _, entry_id, fields in entries:
-                deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, entry_id)
-                if deliveries > self.settings.max_deliveries:
-                    # Already had its tries (a processing crash never reaches the failure handler).
-                    await self._dead(entry_id, fields, "max-deliveries", deliveries)
-                else:
-                    await self.process(entry_id, fields)
+            await self._process_claimed([(entry_id, fields) for _, entry_id, fields in entries])
             if self._claim_cursor == "0-0":
                 return
+
+    async def _retry_own(self) -> None:
+        """Re-try our own entries left pending by a failed lookup or error, each after its backoff."""
+        rows = await self.redis.xpending_range(
+            self.keys.events, ROUTER_GROUP, min="-", max="+", count=CLAIM_COUNT,
+            consumername=self.consumer, idle=RETRY_FIRST_MS,
+        )
+        due = [
+            _s(row["message_id"]) for row in rows
+            if int(row["time_since_delivered"]) >= retry_after_ms(int(row["times_delivered"]))
+        ]
+        if not due:
+            return
+        claimed = await self.redis.xclaim(
+            self.keys.events, ROUTER_GROUP, self.consumer, min_idle_time=RETRY_FIRST_MS, message_ids=due
+        )
+        await self._process_claimed([(_s(e[0]), _decode(e[1])) for e in claimed if e and e[1]])
+
+    async def _process_claimed(self, entries: list[tuple[str, Fields]]) -> None:
+        fresh: list[tuple[str, Fields]] = []
+        for entry_id, fields in entries:
+            deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, entry_id)
+            if deliveries > self.settings.max_deliveries:
+                # It had its tries (a crash mid-processing never reaches the failure handler).
+                await self._dead(entry_id, fields, await self._last_reason(fields), deliveries)
+            else:
+                fresh.append((entry_id, fields))
+        if fresh:
+            await self.process_page(fresh)
 
     async def _trim(self) -> None:
         try:
@@ -279,91 +290,159 @@ class Router:
         except Exception as exc:  # trimming is housekeeping: never let it stop routing
             self.log.warning("events_trim_failed", error=type(exc).__name__)
 
-    async def process(self, entry_id: str, fields: Fields) -> None:
-        """Decide one entry, enqueue its jobs, record the decision and ack. An unexpected error leaves
-        the entry pending for a retry through the claim path, up to ``PD_MAX_DELIVERIES``."""
-        try:
-            await self._process(entry_id, fields)
-        except TRANSIENT:
-            raise
-        except Exception as exc:
-            deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, entry_id)
-            if deliveries >= self.settings.max_deliveries:
-                await self._dead(entry_id, fields, "processing-failed", deliveries, error=type(exc).__name__)
-            else:
-                self.log.warning(
-                    "event_failed", entry=entry_id, error=type(exc).__name__, deliveries=deliveries
-                )
+    async def process_page(self, entries: list[tuple[str, Fields]]) -> None:
+        """Decide, ask, enqueue and record a page of entries; anything that fails stays pending."""
+        rules = self.rules_ref.current  # one file for the whole page
+        work = [_Work(entry_id, fields) for entry_id, fields in entries]
+        for w in work:
+            await self._decide(w, rules)
+        asks = [w for w in work if isinstance(w.decision, Ask)]
+        if asks:
+            verdicts = await asyncio.gather(*(self._ask(w) for w in asks))
+            for w, verdict in zip(asks, verdicts, strict=True):
+                self._settle(w, verdict, rules)
+        fires = [w for w in work if isinstance(w.decision, Fire)]
+        if fires:
+            await self._enqueue_page(fires)
+        # Exactly-once is earned above: a crash here re-processes the page and every script answers
+        # "duplicate". The crash tests kill the router at this point.
+        crash_point("router-after-enqueue")
+        await self._record_page([w for w in work if w.outcome is not None])
 
-    async def _process(self, entry_id: str, fields: Fields) -> None:
+    async def _decide(self, w: _Work, rules: Any) -> None:
         try:
-            event = Event.from_fields(fields)
+            event = Event.from_fields(w.fields)
             if not event.delivery:
                 raise ValueError("empty delivery id")
-            decision = self.decide(event)
+            w.event = event
+            w.decision = pipeline.plan(event, rules, self.self_ids)
         except (ValueError, MalformedPayload):
             # Deterministic: retrying cannot help, so park it at once and let the entries behind it run.
-            deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, entry_id)
-            await self._dead(entry_id, fields, "malformed-event", deliveries)
+            deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, w.entry_id)
+            await self._dead(w.entry_id, w.fields, "malformed-event", deliveries)
             return
-        if isinstance(decision, Drop):
-            outcome = Outcome("dropped", reason=decision.reason)
-        else:
-            outcome = await self.enqueue_jobs(event, decision)
-        await self._record(event, entry_id, outcome)
-        if isinstance(decision, Drop):
-            self.log.info("dropped", delivery=event.delivery, reason=decision.reason)
+        except Exception as exc:
+            await self._failed(w, "processing-failed", type(exc).__name__)
+            return
+        if isinstance(w.decision, Drop):
+            w.outcome = Outcome("dropped", reason=w.decision.reason)
+            self.log.info("dropped", delivery=event.delivery, reason=w.decision.reason)
 
-    def decide(self, event: Event) -> Decision:
-        """Pure routing of one event (the rules are read once, so one event never sees two files)."""
-        rules = self.rules_ref.current
-        if event.forge != "github":
-            return Drop("forge-not-enabled")
-        return decide(event.event, project(event.body), rules, self.self_id, event.delivery)
+    async def _ask(self, w: _Work) -> Verdict:
+        assert isinstance(w.decision, Ask) and w.event is not None
+        try:
+            verdict: Verdict = await self.ask(w.decision.question, w.event.delivery)
+            return verdict
+        except Exception as exc:  # the asker should not raise; a bug there must not drop the event
+            return Indeterminate(f"error-{type(exc).__name__}")
 
-    async def enqueue_jobs(self, event: Event, fire: Fire) -> Outcome:
-        """One ENQUEUE script per replica. The script is where exactly-once is earned: the job id is the
-        delivery's, so a re-processed entry finds ``pd:jobid:<id>`` set and adds nothing."""
-        carried: list[str] = []
-        statuses: list[str] = []
-        for job, semantic in jobs.planned(fire.job, self.clock()):
-            pairs = list(chain.from_iterable(job_to_fields(job).items()))
-            reply: list[Any] = await self._enqueue(
-                keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), self.keys.jobs],
-                args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+    def _settle(self, w: _Work, verdict: Verdict, rules: Any) -> None:
+        assert w.event is not None
+        if not isinstance(verdict, Authorized):
+            # Never a silent drop: the entry stays pending and is retried with backoff, then parked.
+            w.decision, w.outcome = None, Outcome("pending", reason=f"lookup-failed:{verdict.reason}")
+            self.log.warning(
+                f"{w.event.forge}_lookup_failed", delivery=w.event.delivery, reason=verdict.reason
             )
+            return
+        w.decision = pipeline.resume(w.event, rules, self.self_ids, verdict.value is True)
+        if isinstance(w.decision, Drop):
+            w.outcome = Outcome("dropped", reason=w.decision.reason)
+            self.log.info("dropped", delivery=w.event.delivery, reason=w.decision.reason)
+
+    async def _enqueue_page(self, fires: list[_Work]) -> None:
+        """Every replica of every firing entry through the ENQUEUE script, in one pipeline."""
+        now = self.clock()
+        plans: list[tuple[_Work, list[str]]] = []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for w in fires:
+                assert isinstance(w.decision, Fire)
+                ids = []
+                for job, semantic in jobs.planned(w.decision.job, now):
+                    pairs = list(chain.from_iterable(job_to_fields(job).items()))
+                    # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
+                    await self._enqueue(
+                        keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), self.keys.jobs],
+                        args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+                        client=pipe,
+                    )
+                    ids.append(job.id)
+                plans.append((w, ids))
+            replies = await pipe.execute(raise_on_error=False)
+        at = 0
+        for w, ids in plans:
+            mine, at = replies[at:at + len(ids)], at + len(ids)
+            errors = [r for r in mine if isinstance(r, Exception)]
+            if errors:
+                if any(isinstance(e, TRANSIENT) for e in errors):
+                    raise errors[0]
+                await self._failed(w, "enqueue-failed", type(errors[0]).__name__)
+                continue
+            w.outcome = self._outcome(w, ids, mine)
+
+    def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> Outcome:
+        assert isinstance(w.decision, Fire) and w.event is not None
+        carried, statuses = [], []
+        for job_id, reply in zip(ids, replies, strict=True):
             status, value = _s(reply[0]), _s(reply[1])
             statuses.append(status)
             if status == "deduplicated":
                 carried.append(value)  # the surviving job carries this work
-                self.log.info("deduplicated", delivery=event.delivery, job=job.id, survivor=value)
+                self.log.info("deduplicated", delivery=w.event.delivery, job=job_id, survivor=value)
             else:
-                carried.append(job.id)
+                carried.append(job_id)
                 self.log.info(
-                    "enqueued", delivery=event.delivery, job=job.id, trigger=fire.index,
+                    "enqueued", delivery=w.event.delivery, job=job_id, trigger=w.decision.index,
                     existing=status == "duplicate",
                 )
         # "duplicate" means our own job already exists (a re-processed entry): that is still queued.
         outcome = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
-        return Outcome(outcome, jobs=tuple(carried), trigger=str(fire.index))
+        return Outcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
 
-    async def _record(self, event: Event, entry_id: str, outcome: Outcome) -> None:
-        """The decision and the ack in one MULTI: either the entry is finished and explained, or it is
-        still pending and will be re-processed (idempotently, see ``enqueue_jobs``)."""
-        key = self.keys.event(event.forge, event.delivery)
-        mapping = {
-            "outcome": outcome.outcome,
-            "reason": outcome.reason,
-            "jobs": ",".join(outcome.jobs),
-            "trigger": outcome.trigger,
-            "decidedAt": str(self.clock()),
-            "entry": entry_id,
-        }
+    async def _record_page(self, work: list[_Work]) -> None:
+        """Decisions and acks in one MULTI: each entry is either finished and explained, or still
+        pending and will be re-processed (idempotently). A ``pending`` outcome is written, not acked."""
+        if not work:
+            return
+        now = str(self.clock())
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=mapping)
-            pipe.expire(key, EVENT_DECISION_TTL_S)
-            pipe.xack(self.keys.events, ROUTER_GROUP, entry_id)
+            acked = []
+            for w in work:
+                assert w.outcome is not None
+                forge = w.event.forge if w.event else w.fields.get("forge", "?")
+                delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
+                key = self.keys.event(forge, delivery)
+                pipe.hset(key, mapping={
+                    "outcome": w.outcome.outcome,
+                    "reason": w.outcome.reason,
+                    "jobs": ",".join(w.outcome.jobs),
+                    "trigger": w.outcome.trigger,
+                    "decidedAt": now,
+                    "entry": w.entry_id,
+                })
+                pipe.expire(key, EVENT_DECISION_TTL_S)
+                if w.outcome.outcome != "pending":
+                    acked.append(w.entry_id)
+            if acked:
+                pipe.xack(self.keys.events, ROUTER_GROUP, *acked)
             await pipe.execute()
+
+    async def _failed(self, w: _Work, reason: str, error: str) -> None:
+        """Leave the entry pending for a retry; park it once it has had ``PD_MAX_DELIVERIES`` tries."""
+        deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, w.entry_id)
+        w.decision, w.outcome = None, None
+        if deliveries >= self.settings.max_deliveries:
+            await self._dead(w.entry_id, w.fields, reason, deliveries, error=error)
+        else:
+            self.log.warning("event_failed", entry=w.entry_id, error=error, deliveries=deliveries)
+
+    async def _last_reason(self, fields: Fields) -> str:
+        """Why an entry kept failing, as its pending decision recorded it (else a generic token)."""
+        stored = await self.redis.hget(
+            self.keys.event(fields.get("forge", "?"), fields.get("delivery", "?")), "reason"
+        )
+        reason = _s(stored) if stored else ""
+        return reason.split(":", 1)[0] if reason.startswith("lookup-failed") else "max-deliveries"
 
     async def _dead(
         self, entry_id: str, fields: Fields, reason: str, deliveries: int, error: str | None = None
@@ -372,5 +451,14 @@ class Router:
             self.redis, self.keys, source=self.keys.events, group=ROUTER_GROUP, entry_id=entry_id,
             reason=reason, deliveries=deliveries, fields=fields,
         )
+        delivery = fields.get("delivery")
+        if delivery and fields.get("forge"):
+            key = self.keys.event(fields["forge"], delivery)
+            await self.redis.hset(key, mapping={"outcome": "dead", "reason": reason, "entry": entry_id})
+            await self.redis.expire(key, EVENT_DECISION_TTL_S)
         extra = {"error": error} if error else {}
         self.log.warning("event_dead", entry=entry_id, reason=reason, **extra)
+
+
+def _decode(raw: Any) -> Fields:
+    return decode_fields(raw)

@@ -1,0 +1,179 @@
+"""Router throughput: events per second through one router process, beside the ceiling.
+
+The ceiling is a bare consumer measured in the same run: XREADGROUP → XADD one job → XACK per entry,
+no parsing or matching. Both read the same pre-loaded stream of real GitHub payloads (octokit examples
+of issues, issue_comment and pull_request, each with a fresh delivery id) against a 20-rule triggers
+file. Target: at least 5,000 events/s and at least 0.25 of the ceiling.
+
+    .venv/bin/python benchmarks/router.py [--events 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
+from pidispatch.common.keys import ROUTER_GROUP, Keys
+from pidispatch.common.models import Event
+from pidispatch.common.redis import Redis, create_redis
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "tests" / "fixtures" / "github" / "webhooks-examples.json.gz"
+EVENTS = ("issues", "issue_comment", "pull_request")
+TARGET_EPS, TARGET_RATIO = 5000.0, 0.25
+
+
+def twenty_rules() -> dict[str, object]:
+    """A realistic file: label rules with predicates, one comment rule, PR rules, a close rule."""
+    rules: list[dict[str, object]] = []
+    for i in range(14):
+        rules.append({"on": {"type": "label", "any": [f"pi:flow{i}", f"ai:{i}"], "none": ["blocked"]},
+                      "run": {"kind": "github", "flow": f"flow{i}"}})
+    rules.append({"on": {"type": "label", "any": ["bug"], "all": [], "none": ["wontfix"]},
+                  "run": {"kind": "github", "flow": "fix"}})
+    rules.append({"on": {"type": "label", "all": ["enhancement", "triaged"]},
+                  "run": {"kind": "github", "flow": "feature"}})
+    rules.append({"on": {"type": "comment", "phrase": "@pi"}, "run": {"kind": "github", "flow": "fix"}})
+    rules.append({"on": {"type": "pull_request", "action": ["opened", "synchronize"]},
+                  "run": {"kind": "github", "flow": "review"}})
+    rules.append({"on": {"type": "pull_request", "action": ["labeled"], "any": ["pi:review"]},
+                  "run": {"kind": "github", "flow": "review"}})
+    rules.append({"on": {"type": "issue", "action": ["closed"], "number": 4242},
+                  "run": {"kind": "github", "flow": "deploy"}})
+    return {"triggers": rules}
+
+
+def payloads() -> list[tuple[str, str]]:
+    data = json.loads(gzip.decompress(EXAMPLES.read_bytes()))
+    out = []
+    for entry in data:
+        if entry["name"] in EVENTS:
+            out += [(entry["name"], json.dumps(ex)) for ex in entry["examples"]]
+    return out
+
+
+async def preload(r: Redis, stream: str, n: int) -> None:
+    bodies = payloads()
+    now = int(time.time() * 1000)
+    for start in range(0, n, 1000):
+        async with r.pipeline(transaction=False) as pipe:
+            for i in range(start, min(n, start + 1000)):
+                name, body = bodies[i % len(bodies)]
+                fields = Event(forge="github", event=name, delivery=str(uuid.uuid4()),
+                               received_at=now, body=body).to_fields()
+                pipe.xadd(stream, fields)
+            await pipe.execute()
+
+
+async def wait_drained(r: Redis, stream: str, group: str, n: int, timeout: float) -> float:
+    """Seconds from the first delivery to the moment the group has read and acked all ``n`` entries."""
+    deadline = time.monotonic() + timeout
+    start: float | None = None
+    while time.monotonic() < deadline:
+        groups = {g["name"].decode(): g for g in await r.xinfo_groups(stream)}
+        g = groups.get(group)
+        if g is not None:
+            delivered_any = g["last-delivered-id"] != b"0-0"
+            if delivered_any and start is None:
+                start = time.monotonic()
+            last = (await r.xrevrange(stream, count=1))[0][0]
+            if g["last-delivered-id"] == last and g["pending"] == 0 and start is not None:
+                return time.monotonic() - start
+        await asyncio.sleep(0.005)
+    raise RuntimeError(f"{group} did not drain {n} entries within {timeout}s")
+
+
+async def bare_consumer(url: str, prefix: str) -> None:
+    """The ceiling: read a page, append one job per entry, ack the page. No parsing."""
+    r = create_redis(url)
+    keys = Keys(prefix)
+    try:
+        while True:
+            reply = await r.xreadgroup("bare", "c1", {keys.events: ">"}, count=64, block=1000)
+            if not reply:
+                continue
+            ids = [entry_id for _, entries in reply for entry_id, _ in entries]
+            async with r.pipeline(transaction=False) as pipe:
+                for entry_id in ids:
+                    pipe.xadd(keys.jobs, {"id": entry_id, "job": "{}"})
+                pipe.xack(keys.events, "bare", *ids)
+                await pipe.execute()
+    finally:
+        await r.aclose()
+
+
+async def measure(url: str, n: int, workdir: Path) -> tuple[float, float]:
+    r = create_redis(url)
+    try:
+        # Router.
+        keys = Keys("benchrouter")
+        await r.xgroup_create(keys.events, ROUTER_GROUP, id="0", mkstream=True)
+        await preload(r, keys.events, n)
+        env = {**os.environ, "REDIS_URL": url, "PD_KEY_PREFIX": keys.prefix,
+               "PI_TRIGGERS_FILE": str(workdir / "triggers.json"), "PD_EVENTS_MAXLEN": str(n * 2)}
+        router = subprocess.Popen([sys.executable, "-m", "pidispatch.router"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            router_s = await wait_drained(r, keys.events, ROUTER_GROUP, n, timeout=300)
+        finally:
+            router.terminate()
+            router.wait(10)
+        # Ceiling.
+        bare_keys = Keys("benchbare")
+        await r.xgroup_create(bare_keys.events, "bare", id="0", mkstream=True)
+        await preload(r, bare_keys.events, n)
+        bare = subprocess.Popen([sys.executable, __file__, "--serve-bare", url, bare_keys.prefix])
+        try:
+            bare_s = await wait_drained(r, bare_keys.events, "bare", n, timeout=300)
+        finally:
+            bare.terminate()
+            bare.wait(10)
+        return n / router_s, n / bare_s
+    finally:
+        await r.aclose()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--serve-bare", nargs=2, metavar=("URL", "PREFIX"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_bare:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(bare_consumer(*args.serve_bare))
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="pd-bench-router-"))
+    (workdir / "triggers.json").write_text(json.dumps(twenty_rules()))
+    port = free_port()
+    server = subprocess.Popen(redis_server_argv(find_redis_server(), port, workdir, persist=False),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        router_eps, bare_eps = asyncio.run(measure(f"redis://127.0.0.1:{port}/0", args.events, workdir))
+    finally:
+        server.terminate()
+        server.wait(10)
+    ratio = router_eps / bare_eps
+    print(f"events            {args.events}")
+    print(f"router            {router_eps:9.0f} events/s")
+    print(f"bare ceiling      {bare_eps:9.0f} events/s")
+    print(f"ratio router/bare {ratio:9.2f}")
+    met = router_eps >= TARGET_EPS and ratio >= TARGET_RATIO
+    verdict = "met" if met else "NOT met"
+    print(f"target >= {TARGET_EPS:.0f} events/s and >= {TARGET_RATIO} of the ceiling: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

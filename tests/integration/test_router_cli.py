@@ -1,0 +1,91 @@
+"""``pi-dispatch events``, ``explain`` and ``replay`` against a real Redis and a real router process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from pidispatch.common.keys import Keys
+from pidispatch.common.models import Event
+from pidispatch.common.redis import Redis
+from pidispatch.common.runtime import now_ms
+from tests.helpers import FIXTURES, ServiceProcess, wait_for
+
+LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # label "bug", issue #1
+BUG_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}
+OTHER_RULE = {"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pidispatch.common.cli", *args], env=env, capture_output=True, text=True,
+        timeout=30, check=False,
+    )
+
+
+async def append(redis: Redis, keys: Keys) -> str:
+    delivery = str(uuid.uuid4())
+    event = Event(forge="github", event="issues", delivery=delivery, received_at=now_ms(), body=LABELED)
+    await redis.xadd(keys.events, event.to_fields())  # type: ignore[arg-type]
+    return delivery
+
+
+async def outcome(redis: Redis, keys: Keys, delivery: str) -> str | None:
+    raw = await redis.hget(keys.event("github", delivery), "outcome")
+    return raw.decode() if raw else None
+
+
+async def test_events_explain_and_replay_after_fixing_the_triggers_file(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    triggers = Path(base_env["PI_TRIGGERS_FILE"])
+    triggers.write_text(json.dumps({"triggers": [OTHER_RULE]}))
+    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router.start()
+    try:
+        delivery = await append(redis, keys)
+        await wait_for(lambda: outcome(redis, keys, delivery), timeout=15, what="the first decision")
+        assert await outcome(redis, keys, delivery) == "dropped"
+
+        listing = cli(base_env, "events", "--json")
+        assert listing.returncode == 0, listing.stderr
+        [row] = json.loads(listing.stdout)
+        assert (row["delivery"], row["outcome"]) == (delivery, "dropped")
+        assert row["reason"] == "no-allowlisted-label"
+        assert "Codertocat" not in listing.stdout  # ids and tokens only
+
+        why = cli(base_env, "explain", delivery)
+        assert why.returncode == 0, why.stderr
+        assert "outcome: dropped, reason no-allowlisted-label" in why.stdout
+        assert "Spelling error" not in why.stdout  # the issue's title stays out
+
+        # The operator fixes the file; the running router hot-reloads it; replay re-decides the event.
+        triggers.write_text(json.dumps({"triggers": [BUG_RULE]}))
+        await wait_for(lambda: router.logged("triggers_reloaded"), timeout=10, what="the reload")
+        assert f"outcome: fires rule #0, job(s) gh-{delivery}" in cli(base_env, "explain", delivery).stdout
+        replayed = cli(base_env, "replay", delivery)
+        assert replayed.returncode == 0, replayed.stderr
+
+        async def queued() -> bool:
+            return await outcome(redis, keys, delivery) == "queued"
+
+        await wait_for(queued, timeout=15, what="the replayed decision")
+        assert await redis.xlen(keys.jobs) == 1
+
+        # A second replay cannot make a second job: the job id is the delivery's.
+        assert cli(base_env, "replay", delivery).returncode == 0
+        await wait_for(lambda: len(router.logged("enqueued")) == 2, timeout=15, what="the second replay")
+        assert await redis.xlen(keys.jobs) == 1
+        assert [line["existing"] for line in router.logged("enqueued")] == [False, True]
+    finally:
+        assert router.stop() == 0
+
+
+def test_explain_of_an_unknown_delivery_says_so_and_exits_1(base_env: dict[str, str]) -> None:
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
+    result = cli(base_env, "explain", "no-such-delivery")
+    assert result.returncode == 1
+    assert "no-such-delivery" in result.stderr and "not in the stored events" in result.stderr
