@@ -13,11 +13,18 @@ from pathlib import Path
 import pytest
 
 from pidispatch.common.keys import Keys
+from pidispatch.common.log import configure_logging
 from pidispatch.common.redis import Redis, create_redis
 from tests.helpers import RedisProcess
 
 REQUIRE_DOCKER = os.environ.get("PD_REQUIRE_DOCKER") == "1"
 TEST_SECRET = "test-webhook-secret"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _logging_as_in_production() -> None:
+    """In-process services log through the same configuration (level info) as a deployed one."""
+    configure_logging("test", "info")
 
 
 @pytest.fixture(scope="session")

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import hashlib
 import hmac
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from pidispatch.common.log import configure_logging
 from tests.helpers import FIXTURES
 
 GITHUB_SECRET = "test-webhook-secret"  # tests.conftest.TEST_SECRET, the base_env's WEBHOOK_SECRET
@@ -185,3 +189,14 @@ async def post_declaring(port: int, path: str, headers: dict[str, str], declared
         return response + await asyncio.wait_for(reader.readexactly(length), 5)
     finally:
         writer.close()
+
+
+@contextlib.contextmanager
+def debug_logs() -> Iterator[list[dict[str, Any]]]:
+    """Capture every log line, debug included (the hot path logs stored deliveries at debug)."""
+    configure_logging("receiver", "debug")
+    try:
+        with structlog.testing.capture_logs() as logs:
+            yield logs
+    finally:
+        configure_logging("receiver", "info")

@@ -29,7 +29,7 @@ from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
 from tests.conftest import TEST_SECRET
 from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, github_signature, wait_for
-from tests.receiver_support import metric, octokit_examples, post_declaring
+from tests.receiver_support import debug_logs, metric, octokit_examples, post_declaring
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 PING = (FIXTURES / "github" / "ping.json").read_bytes()
@@ -218,7 +218,10 @@ async def test_previous_secret_is_accepted_logged_and_counted(
         (401, {"error": "invalid signature"}),
     ]
     lines = [line for line in logs if line["event"] == "delivery"]
-    assert [line.get("verified_with") for line in lines] == ["previous", None, None]
+    # The delivery verified by the current secret is a quiet debug line; rotation and refusal are info.
+    assert [(line.get("verified_with"), line.get("outcome")) for line in lines] == [
+        ("previous", "accepted"), (None, "refused")
+    ]
     assert metric(text, "pd_receiver_verified_with_previous_secret_total", forge="github") == 1
     assert await redis.xlen(keys.events) == 2
     assert "rotated-secret" not in repr(logs) and TEST_SECRET not in repr(logs)
@@ -484,17 +487,18 @@ async def test_receiver_answers_503_within_bound_when_redis_hangs(
 
 async def test_one_log_line_per_delivery_without_payload_text(client: Client) -> None:
     accepted = str(uuid.uuid4())
-    with structlog.testing.capture_logs() as logs:
+    with debug_logs() as logs:
         await _post(client, delivery=accepted)
         await _post(client, delivery=accepted)
         await _post(client, PING, event="ping", delivery="ping-1")
         await _post(client, delivery="bad-sig", **{"X-Hub-Signature-256": "sha256=00"})
     lines = [line for line in logs if line["event"] == "delivery"]
-    assert [(x["delivery"], x["status"], x["outcome"], x.get("reason")) for x in lines] == [
-        (accepted, 202, "accepted", None),
-        (accepted, 202, "duplicate", None),
-        ("ping-1", 204, "ignored", None),
-        ("bad-sig", 401, "refused", "invalid-signature"),
+    # The hot path (stored or ignored) logs at debug; refusals at info, where operators look.
+    assert [(x["delivery"], x["status"], x["outcome"], x.get("reason"), x["log_level"]) for x in lines] == [
+        (accepted, 202, "accepted", None, "debug"),
+        (accepted, 202, "duplicate", None, "debug"),
+        ("ping-1", 204, "ignored", None, "debug"),
+        ("bad-sig", 401, "refused", "invalid-signature", "info"),
     ]
     assert all(x["forge"] == "github" for x in lines)
     assert [x["forge_event"] for x in lines] == ["issues", "issues", "ping", "issues"]

@@ -25,6 +25,7 @@ _MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "pd"
+    log_level: str = "info"
     events_maxlen: int = 10_000
     claim_idle_ms: int = 60_000
     max_deliveries: int = 5
@@ -106,6 +107,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     prefix = _get(env, "PD_KEY_PREFIX") or "pd"
     if not PREFIX_RE.match(prefix):
         raise ConfigError(f"PD_KEY_PREFIX={prefix!r} is refused; accepted: 1-32 of [A-Za-z0-9._-]")
+    log_level = (_get(env, "PD_LOG_LEVEL") or "info").lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"PD_LOG_LEVEL={log_level!r} is refused; accepted: debug, info, warning, error")
     redis_url = _get(env, "REDIS_URL") or _get(env, "VALKEY_URL") or "redis://127.0.0.1:6379/0"
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
@@ -132,6 +136,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         redis_url=redis_url,
         key_prefix=prefix,
+        log_level=log_level,
         events_maxlen=_int(env, "PD_EVENTS_MAXLEN", 10_000, 100, 10_000_000),
         claim_idle_ms=_int(env, "PD_CLAIM_IDLE_MS", 60_000, 100, 24 * 3600 * 1000),
         max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),

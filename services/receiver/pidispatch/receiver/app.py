@@ -230,7 +230,13 @@ class Receiver:
             fields["reason"] = reason
         if previous:
             fields["verified_with"] = "previous"
-        self._log.info("delivery", **fields)
+            self._log.info("delivery", **fields)  # rotation in progress: the operator wants to see it
+        elif reason is None:
+            # Accepted, duplicate and ignored deliveries are the hot path and are already in pd:events and
+            # the metrics; their line is debug (PD_LOG_LEVEL=debug shows it). Refusals stay at info.
+            self._log.debug("delivery", **fields)
+        else:
+            self._log.info("delivery", **fields)
 
 
 RECEIVER = web.AppKey("receiver", Receiver)

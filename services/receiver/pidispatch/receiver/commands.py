@@ -11,8 +11,8 @@ from pidispatch.common.settings import load_settings
 
 async def run_receiver(args: argparse.Namespace) -> int:
     """Startup order of every service: logging, settings and the arms (exit 2 when bad), then resources."""
-    configure_logging("receiver")
     settings = load_settings()
+    configure_logging("receiver", settings.log_level)
     from pidispatch.receiver.app import serve  # aiohttp loads only when the verb runs
     from pidispatch.receiver.config import load_receiver_config
 

@@ -7,7 +7,6 @@ half-written and the forge's redelivery is either appended then or answered as a
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 
 from redis.exceptions import NoScriptError
@@ -15,6 +14,7 @@ from redis.exceptions import NoScriptError
 from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, SEEN_TTL_S, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.scripts import INGEST
+from pidispatch.receiver.deadline import Deadlines
 
 _INGEST_SHA = hashlib.sha1(INGEST.encode(), usedforsecurity=False).hexdigest()
 
@@ -25,13 +25,13 @@ class Ingest:
     Calls the command directly rather than through redis-py's ``Script`` wrapper: this is the hot path.
     """
 
-    __slots__ = ("_events", "_keys", "_redis", "_timeout_s")
+    __slots__ = ("_deadlines", "_events", "_keys", "_redis")
 
     def __init__(self, redis: Redis, keys: Keys, timeout_s: float = REDIS_OP_TIMEOUT_S) -> None:
         self._redis = redis
         self._keys = keys
         self._events = keys.events
-        self._timeout_s = timeout_s
+        self._deadlines = Deadlines(timeout_s)
 
     async def append(self, forge: str, event: str, delivery: str, received_at: int, body: bytes) -> bool:
         """True when appended, False when this delivery was seen before.
@@ -51,7 +51,7 @@ class Ingest:
             "received_at", received_at,
             "body", body,
         )  # fmt: skip
-        async with asyncio.timeout(self._timeout_s):
+        with self._deadlines():
             try:
                 entry_id = await self._redis.evalsha(_INGEST_SHA, 2, *keys_and_args)
             except NoScriptError:  # a restarted Redis; EVAL runs it and caches it again

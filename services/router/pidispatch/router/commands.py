@@ -48,8 +48,8 @@ def require_credentials(rules: Rules, config: ForgeConfig) -> None:
 async def serve(_args: argparse.Namespace | None = None) -> int:
     """Validate everything first (a bad file or variable exits 2 before any connection), resolve the
     harness's identity on each forge, then route until SIGTERM/SIGINT."""
-    configure_logging("router")
     settings = load_settings()
+    configure_logging("router", settings.log_level)
     forges = load_forge_config()
     consumer = consumer_name()
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)

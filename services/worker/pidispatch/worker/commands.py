@@ -46,8 +46,8 @@ async def worker_main() -> int:
     from pidispatch.common.settings import load_settings
     from pidispatch.worker.service import run_worker
 
-    configure_logging("worker")
     settings = load_settings()
+    configure_logging("worker", settings.log_level)
     structlog.contextvars.bind_contextvars(host=settings.worker_name)
     stop = stop_on_signals()
     redis = create_redis(settings.redis_url)
