@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from pidispatch.router.decision import Drop
 from pidispatch.router.explain import Trace
 from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import LabelRule
@@ -13,6 +14,18 @@ from pidispatch.router.rules import LabelRule
 def is_int(value: Any) -> bool:
     """A JSON integer. A bool is an int in Python but never an id or an item number."""
     return type(value) is int
+
+
+def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | None:
+    """Steps 0-2 of the GitLab and Forgejo filters, in their load-bearing order: no usable numeric
+    sender, the harness itself, then the authority verdict (only the literal ``True`` opens it)."""
+    if not is_int(sender_id):
+        return Drop("missing-sender-id")
+    if self_id is not None and sender_id == self_id:
+        return Drop("self")
+    if authorized is not True:
+        return Drop("author-not-allowed")
+    return None
 
 
 def first_label_rule(rules: Iterable[LabelRule], labels: Collection[str], trace: Trace) -> LabelRule | None:

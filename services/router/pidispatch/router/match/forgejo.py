@@ -20,7 +20,7 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
 from pidispatch.router.match.close import find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int, present
+from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate, present
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.forgejo import ForgejoSubset, PullRequestSubset
@@ -88,12 +88,8 @@ def decide(
     trace: Trace = NO_TRACE,
 ) -> Decision:
     """``authorized`` is the permission lookup's verdict for the sender; only ``True`` opens the gate."""
-    if not is_int(subset.sender_id):
-        return Drop("missing-sender-id")
-    if self_id is not None and subset.sender_id == self_id:
-        return Drop("self")
-    if authorized is not True:
-        return Drop("author-not-allowed")
+    if (refused := numeric_sender_gate(subset.sender_id, self_id, authorized)) is not None:
+        return refused
     raw = subset.action if isinstance(subset.action, str) else ""
     event = canonical_event(event_name, subset)
     ctx = Context(event=event, raw=raw, subset=subset, group=rules.forgejo, known_flows=rules.known_flows,

@@ -19,7 +19,7 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
 from pidispatch.router.match.close import find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int
+from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import CloseRule, ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.gitlab import GitLabSubset
@@ -49,12 +49,8 @@ def decide(
     trace: Trace = NO_TRACE,
 ) -> Decision:
     """``authorized`` is the member lookup's verdict (Developer or above); only ``True`` opens the gate."""
-    if not is_int(subset.user_id):
-        return Drop("missing-sender-id")
-    if self_id is not None and subset.user_id == self_id:
-        return Drop("self")
-    if authorized is not True:
-        return Drop("author-not-allowed")
+    if (refused := numeric_sender_gate(subset.user_id, self_id, authorized)) is not None:
+        return refused
     kind = subset.object_kind if isinstance(subset.object_kind, str) else ""
     ctx = Context(kind=kind, action=subset.action, subset=subset, group=rules.gitlab,
                   known_flows=rules.known_flows, delivery=delivery, authorized=authorized, trace=trace)

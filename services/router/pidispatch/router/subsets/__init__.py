@@ -35,3 +35,18 @@ def label_names(raw: Any, key: str = "name") -> tuple[str, ...]:
 def text(value: Any) -> str | None:
     """A string field copied into a job, or None: a job never carries a value the worker cannot read."""
     return value if isinstance(value, str) else None
+
+
+# Pull-request head/base as GitHub sends them and Gitea/Forgejo mirror them.
+class HeadRepo(msgspec.Struct):
+    full_name: str | None = None
+
+
+class Head(msgspec.Struct):
+    ref: str | None = None
+    sha: str | None = None
+    repo: HeadRepo | None = None
+
+
+class Base(msgspec.Struct):
+    ref: str | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.router.subsets import decode, label_names
+from pidispatch.router.subsets import Base, Head, decode, label_names
 
 
 class _Sender(msgspec.Struct):
@@ -35,27 +35,13 @@ class _Comment(msgspec.Struct):
     body: str | None = None
 
 
-class _HeadRepo(msgspec.Struct):
-    full_name: str | None = None
-
-
-class _Head(msgspec.Struct):
-    ref: str | None = None
-    sha: str | None = None
-    repo: _HeadRepo | None = None
-
-
-class _Base(msgspec.Struct):
-    ref: str | None = None
-
-
 class _PullRequest(msgspec.Struct):
     number: Any = None
     title: str | None = None
     body: str | None = None
     labels: Any = None
-    head: _Head | None = None
-    base: _Base | None = None
+    head: Head | None = None
+    base: Base | None = None
 
 
 class _Payload(msgspec.Struct):
@@ -124,7 +110,7 @@ def project(body: str | bytes) -> ForgejoSubset:
 
 
 def _pull_request(pr: _PullRequest) -> PullRequestSubset:
-    head = pr.head or _Head()
+    head = pr.head or Head()
     return PullRequestSubset(
         number=pr.number, title=pr.title, body=pr.body, labels=label_names(pr.labels),
         head_ref=head.ref, head_sha=head.sha, head_repo=head.repo.full_name if head.repo else None,

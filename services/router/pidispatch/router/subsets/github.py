@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.router.subsets import MalformedPayload, decode, label_names
+from pidispatch.router.subsets import Base, Head, MalformedPayload, decode, label_names
 
 __all__ = ["GitHubSubset", "MalformedPayload", "label_names", "project"]
 
@@ -39,28 +39,14 @@ class _Comment(msgspec.Struct):
     author_association: str | None = None
 
 
-class _HeadRepo(msgspec.Struct):
-    full_name: str | None = None
-
-
-class _Head(msgspec.Struct):
-    ref: str | None = None
-    sha: str | None = None
-    repo: _HeadRepo | None = None
-
-
-class _Base(msgspec.Struct):
-    ref: str | None = None
-
-
 class _PullRequest(msgspec.Struct):
     number: Any = None
     title: str | None = None
     body: str | None = None
     author_association: str | None = None
     labels: Any = None
-    head: _Head | None = None
-    base: _Base | None = None
+    head: Head | None = None
+    base: Base | None = None
 
 
 class _Review(msgspec.Struct):
@@ -160,7 +146,7 @@ def _issue(i: _Issue | None) -> IssueSubset | None:
 def _pull_request(pr: _PullRequest | None) -> PullRequestSubset | None:
     if pr is None:
         return None
-    head = pr.head or _Head()
+    head = pr.head or Head()
     return PullRequestSubset(
         number=pr.number, title=pr.title, body=pr.body, author_association=pr.author_association,
         labels=label_names(pr.labels), has_head=pr.head is not None, head_ref=head.ref, head_sha=head.sha,
