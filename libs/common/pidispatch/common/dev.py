@@ -268,6 +268,7 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
     url = f"http://127.0.0.1:{port}/github"
     curl = signed_curl(url, env["WEBHOOK_SECRET"], demo_delivery(), str(uuid.uuid4()))
     rc = f"{find_redis_cli() or 'redis-cli'} -u {env['REDIS_URL']}"
+    cli_env = [f"{name}={env[name]}" for name in ("REDIS_URL", "PI_TRIGGERS_FILE") if env.get(name)]
     print(
         "\n"
         "pi-dispatch dev is running. Ctrl-C stops everything.\n"
@@ -282,7 +283,10 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
         "Watch it:\n"
         f"  {rc} XRANGE {prefix}:events - +\n"
         f"  {rc} XRANGE {prefix}:jobs - +\n"
-        f"  {rc} XINFO GROUPS {prefix}:jobs\n",
+        f"  {rc} XINFO GROUPS {prefix}:jobs\n"
+        "Ask why a delivery did or did not fire (from another terminal, in this folder):\n"
+        f"  {shlex.join(['export', *cli_env])}\n"
+        "  pi-dispatch events; pi-dispatch explain <delivery>\n",
         flush=True,
     )
 
