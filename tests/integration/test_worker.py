@@ -11,89 +11,17 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiodocker
-import pytest
 from structlog.testing import capture_logs
 
 from pidispatch.common.keys import WORKER_GROUP, Keys
-from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields
+from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.common.runtime import now_ms
-from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.service import run_worker
-from tests.helpers import RedisProcess, ServiceProcess, load_fixture, wait_for
-
-
-@pytest.fixture
-def worker_name(key_prefix: str) -> str:
-    return f"w-{key_prefix}"
-
-
-@pytest.fixture
-def env(base_env: dict[str, str], worker_name: str, test_image: str) -> dict[str, str]:
-    return {
-        **base_env,
-        "PI_WORKER_NAME": worker_name,
-        "PI_JOB_IMAGE": test_image,
-        "PI_JOB_MEMORY": "256m",
-        "PI_JOB_CPUS": "1",
-        "PI_CONCURRENCY": "2",
-    }
-
-
-@pytest.fixture
-async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodocker.Docker]:
-    client = aiodocker.Docker()
-    yield client
-    # No container may outlive its test, whatever the test did.
-    leftovers = json.dumps({"label": [f"pd.host={worker_name}"]})
-    for c in await client.containers.list(all=True, filters=leftovers):
-        with contextlib.suppress(aiodocker.DockerError):
-            await c.delete(force=True)
-    await client.close()
-
-
-def issue_job(steer: str, *, number: int = 1) -> Job:
-    p = load_fixture("github/issues.labeled.json")
-    delivery = str(uuid.uuid4())
-    return Job(
-        id=f"gh-{delivery}", kind="github", repo=p["repository"]["full_name"], flow="triage",
-        target=Target(type="issue", number=number, title=p["issue"]["title"],
-                      body=f"{p['issue']['body']}\n\npd-test {steer}"),
-        trigger=Trigger(
-            event="issues", action="labeled", delivery_id=delivery, sender=Sender(id=p["sender"]["id"]),
-            matched=Matched(index=0, type="label", label="bug"),
-        ),
-    )
-
-
-async def enqueue(redis: Redis, keys: Keys, job: Job) -> str:
-    entry_id = await redis.xadd(keys.jobs, job_to_fields(job))
-    return entry_id.decode()
-
-
-@contextlib.asynccontextmanager
-async def running_worker(
-    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
-) -> AsyncIterator[tuple[Settings, asyncio.Event, asyncio.Task[None]]]:
-    settings = load_settings(env)
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(settings, redis, keys, docker, stop, now_ms))
-    try:
-        yield settings, stop, task
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-
-
-async def record(settings: Settings, job: Job, timeout: float = 30) -> dict[str, Any]:
-    path = Path(settings.logs_dir) / f"{job.id}.json"
-    await wait_for(path.exists, timeout, what=f"run record of {job.id}")
-    return json.loads(path.read_text())
+from tests.helpers import RedisProcess, ServiceProcess, wait_for
+from tests.worker_support import enqueue, issue_job, record, running_worker
 
 
 async def job_containers(docker: aiodocker.Docker, job: Job) -> list[Any]:

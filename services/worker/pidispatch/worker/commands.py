@@ -19,6 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")
     d.add_argument("--tag", default=Settings().job_image, help="image tag (default %(default)s)")
     d.set_defaults(func=demo_image_command)
+    for verb, text in (("pause", "stop taking new jobs (jobs still enqueue)"), ("resume", "take jobs again")):
+        c = sub.add_parser(verb, help=f"{text}: every worker, or one host with --host")
+        c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
+        c.add_argument("--json", action="store_true")
+        c.set_defaults(func=pause_command, paused=verb == "pause")
 
 
 def create_docker() -> aiodocker.Docker:
@@ -70,4 +75,44 @@ async def demo_image_command(args: argparse.Namespace) -> int:
     await build_image(args.tag, DEMO_AGENT_SCRIPT)
     hint = "" if args.tag == Settings().job_image else f"; set PI_JOB_IMAGE={args.tag} to run jobs in it"
     print(f"built {args.tag}{hint}")
+    return 0
+
+
+async def pause_command(args: argparse.Namespace) -> int:
+    """Set or clear ``pd:paused`` (fleet) or ``pd:paused:<host>``. The flag has no expiry: a pause lasts
+    until someone resumes, across restarts of Redis (with persistence) and of the workers."""
+    import json
+
+    from pidispatch.common.errors import ConfigError, InfraError
+    from pidispatch.common.keys import Keys
+    from pidispatch.common.redis import create_redis
+    from pidispatch.common.settings import WORKER_NAME_RE, load_settings
+
+    settings = load_settings()
+    if args.host is not None and not WORKER_NAME_RE.match(args.host):
+        raise ConfigError(f"--host {args.host!r} is not a worker name; accepted: 1-64 of [A-Za-z0-9._-]")
+    keys = Keys(settings.key_prefix)
+    key = keys.paused_host(args.host) if args.host else keys.paused
+    redis = create_redis(settings.redis_url)
+    try:
+        if args.paused:
+            await redis.set(key, "1")
+        else:
+            await redis.delete(key)
+        fleet_paused = bool(await redis.exists(keys.paused))
+    except Exception as exc:
+        raise InfraError(
+            f"Redis at REDIS_URL did not answer ({type(exc).__name__}); nothing changed"
+        ) from None
+    finally:
+        await redis.aclose()
+    scope = args.host or "fleet"
+    if args.json:
+        print(json.dumps({"paused": args.paused, "scope": scope, "fleetPaused": fleet_paused}))
+    elif args.paused:
+        where = f"worker {args.host}" if args.host else "every worker"
+        print(f"paused — {where} will stop taking new jobs (jobs still enqueue)")
+    else:
+        note = " (the fleet-wide pause is still on: pi-dispatch resume)" if args.host and fleet_paused else ""
+        print(f"resumed {'worker ' + args.host if args.host else 'the fleet'}{note}")
     return 0

@@ -50,6 +50,7 @@ from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace, remo
 Clock = Callable[[], int]
 
 DOCKER_CHECK_S = 3.0
+PAUSE_CHECK_S = 1.0
 SHUTDOWN_STOP_S = 3
 SHUTDOWN_BUDGET_S = 45.0
 PENDING_PAGE = 100
@@ -110,6 +111,7 @@ class Worker:
         self.pending_due: float | None = 0.0  # own pending entries are read first, at once
         self.retry_backoff = Backoff()
         self.retry_logged: set[str] = set()
+        self.is_paused = False
 
     # ---- the loop ---------------------------------------------------------------------------------
 
@@ -146,8 +148,13 @@ class Worker:
                 await self._pause(None, self.slot_freed)
                 continue
             try:
+                # Jobs this worker already took (a restart's own pending ones) are followed even when
+                # paused: a running container must be re-attached, never left alone.
                 if self.pending_due is not None and time.monotonic() >= self.pending_due:
                     self.pending_due = None if await self._launch_pending() else time.monotonic()
+                if await self._paused():
+                    await self._pause(PAUSE_CHECK_S)
+                    continue
                 entries = await self._read_new() if self._free() > 0 else []
                 self.redis_health.ok()
                 backoff.reset()
@@ -159,6 +166,14 @@ class Worker:
                 # Read after the stop: left pending, and a restart reads its own pending entries first.
                 if not self.stop.is_set():
                     self._launch(entry_id, fields, resumed=False)
+
+    async def _paused(self) -> bool:
+        """``pi-dispatch pause`` (fleet-wide or this host): take no new jobs; they wait in the stream."""
+        paused = bool(await self.redis.exists(self.keys.paused, self.keys.paused_host(self.consumer)))
+        if paused != self.is_paused:
+            self.is_paused = paused
+            self.log.info("worker_paused" if paused else "worker_resumed")
+        return paused
 
     async def _read_new(self) -> list[Entry]:
         """New entries, never more than the free slots; a stop interrupts the blocking read at once."""

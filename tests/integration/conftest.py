@@ -1,0 +1,39 @@
+"""Fixtures of the integration tests that run real job containers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import aiodocker
+import pytest
+
+
+@pytest.fixture
+def worker_name(key_prefix: str) -> str:
+    return f"w-{key_prefix}"
+
+
+@pytest.fixture
+def env(base_env: dict[str, str], worker_name: str, test_image: str) -> dict[str, str]:
+    return {
+        **base_env,
+        "PI_WORKER_NAME": worker_name,
+        "PI_JOB_IMAGE": test_image,
+        "PI_JOB_MEMORY": "256m",
+        "PI_JOB_CPUS": "1",
+        "PI_CONCURRENCY": "2",
+    }
+
+
+@pytest.fixture
+async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodocker.Docker]:
+    client = aiodocker.Docker()
+    yield client
+    # No container may outlive its test, whatever the test did.
+    leftovers = json.dumps({"label": [f"pd.host={worker_name}"]})
+    for c in await client.containers.list(all=True, filters=leftovers):
+        with contextlib.suppress(aiodocker.DockerError):
+            await c.delete(force=True)
+    await client.close()
