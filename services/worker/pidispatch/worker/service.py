@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from pidispatch.common.models import Fields, Job, decode_fields, job_from_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ack, delivery_count, ensure_group, read_group, send_to_dead
-from pidispatch.worker.container import SpecRefused, build_spec, resolve_image
+from pidispatch.worker.container import LABEL_HOST, LABEL_JOB, SpecRefused, build_spec, resolve_image
 from pidispatch.worker.exitline import parse_exit_line
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.runner import (
@@ -112,6 +113,7 @@ class Worker:
         self.retry_backoff = Backoff()
         self.retry_logged: set[str] = set()
         self.is_paused = False
+        self.reaped = False
 
     # ---- the loop ---------------------------------------------------------------------------------
 
@@ -222,9 +224,36 @@ class Worker:
             self.docker_health.failed(hint=DOCKER_HINT)
             return False
         self.docker_ok = True
+        if not self.reaped:
+            self.reaped = await self._reap_strays()
         if self.docker_health.down:
             self.pending_due = time.monotonic()  # jobs that waited for Docker go first
         self.docker_health.ok()
+        return True
+
+    async def _reap_strays(self) -> bool:
+        """Boot reaper: remove containers labelled for this host that no pending entry of ours owns
+        (left by a crash after the record and ack, or by a job recorded worker-lost). Runs before any
+        job starts; containers of our pending jobs are left for re-attach. True once done."""
+        try:
+            rows = await self.redis.xpending_range(
+                self.keys.jobs, WORKER_GROUP, min="-", max="+", count=10_000, consumername=self.consumer
+            )
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for row in rows:
+                    pipe.xrange(self.keys.jobs, min=row["message_id"], max=row["message_id"], count=1)
+                found = await pipe.execute()
+            owned = {decode_fields(hit[0][1]).get("id") for hit in found if hit}
+            mine = json.dumps({"label": [f"{LABEL_HOST}={self.consumer}"]})
+            containers = await self.docker.containers.list(all="1", filters=mine)
+        except (RedisError, DockerError, OSError) as exc:
+            self.log.warning("reaper_skipped", error=type(exc).__name__)
+            return False
+        for container in containers:
+            job_id = (container._container.get("Labels") or {}).get(LABEL_JOB)
+            if job_id not in owned:
+                await force_remove(container)
+                self.log.warning("stray_container_removed", job=job_id)
         return True
 
     def _free(self) -> int:
