@@ -8,7 +8,6 @@ Secrets are wrapped in ``Secret`` so no ``repr``, log line or traceback ever pri
 
 from __future__ import annotations
 
-import hmac
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ import msgspec
 import yarl
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.secret import Secret
 
 GITHUB_API_DEFAULT = "https://api.github.com"
 GITLAB_URL_DEFAULT = "https://gitlab.com"
@@ -35,31 +35,6 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 APP_ID_RE = re.compile(r"^(?:[1-9][0-9]{0,15}|Iv[0-9A-Za-z.]{4,64})$")
 GUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 EMAIL_RE = re.compile(r"^[^\s@<>]+@[^\s@<>]+$")
-
-
-class Secret:
-    """A credential that prints as ``Secret(***)``; ``reveal()`` is the one way to read it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 class GithubForge(msgspec.Struct, frozen=True, kw_only=True):

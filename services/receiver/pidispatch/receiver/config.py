@@ -16,28 +16,12 @@ from typing import Literal
 import msgspec
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
 from pidispatch.receiver.verify import decode_gitlab_signing_key, token_digest
 
 # RFC 9110 token characters: the only header names a request can carry.
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
-
-
-class Secret:
-    """A credential's bytes that never print: a config value may be logged by accident, a secret not."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: bytes) -> None:
-        self._value = value
-
-    def reveal(self) -> bytes:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(<redacted>)"
-
-    __str__ = __repr__
 
 
 class GitHubConfig(msgspec.Struct, frozen=True, kw_only=True):

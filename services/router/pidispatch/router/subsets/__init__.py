@@ -37,7 +37,16 @@ def text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-# Pull-request head/base as GitHub sends them and Gitea/Forgejo mirror them.
+# Shapes GitHub sends and Gitea/Forgejo mirror. ``login`` is read only for the permission lookup.
+class Sender(msgspec.Struct):
+    id: Any = None
+    login: str | None = None
+
+
+class Repository(msgspec.Struct):
+    full_name: str | None = None
+
+
 class HeadRepo(msgspec.Struct):
     full_name: str | None = None
 

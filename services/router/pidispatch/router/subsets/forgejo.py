@@ -12,16 +12,7 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.router.subsets import Base, Head, decode, label_names
-
-
-class _Sender(msgspec.Struct):
-    id: Any = None
-    login: str | None = None
-
-
-class _Repository(msgspec.Struct):
-    full_name: str | None = None
+from pidispatch.router.subsets import Base, Head, Repository, Sender, decode, label_names
 
 
 class _Issue(msgspec.Struct):
@@ -46,8 +37,8 @@ class _PullRequest(msgspec.Struct):
 
 class _Payload(msgspec.Struct):
     action: Any = None
-    sender: _Sender | None = None
-    repository: _Repository | None = None
+    sender: Sender | None = None
+    repository: Repository | None = None
     issue: _Issue | None = None
     comment: _Comment | None = None
     is_pull: Any = None

@@ -11,21 +11,12 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.router.subsets import Base, Head, MalformedPayload, decode, label_names
+from pidispatch.router.subsets import Base, Head, MalformedPayload, Repository, Sender, decode, label_names
 
 __all__ = ["GitHubSubset", "MalformedPayload", "label_names", "project"]
 
 # Wire shapes: fields the filter judges are ``Any``; fields only copied into a job are typed, so a job
 # never carries a value the worker could not decode.
-class _Sender(msgspec.Struct):
-    id: Any = None
-    login: str | None = None
-
-
-class _Repository(msgspec.Struct):
-    full_name: str | None = None
-
-
 class _Issue(msgspec.Struct):
     number: Any = None
     title: str | None = None
@@ -58,8 +49,8 @@ class _Review(msgspec.Struct):
 
 class _Payload(msgspec.Struct):
     action: str | None = None
-    sender: _Sender | None = None
-    repository: _Repository | None = None
+    sender: Sender | None = None
+    repository: Repository | None = None
     issue: _Issue | None = None
     comment: _Comment | None = None
     pull_request: _PullRequest | None = None
