@@ -35,6 +35,24 @@ READ_BLOCK_MS = 1_000
 RETRY_BASE_S = 0.5
 RETRY_CAP_S = 10.0
 
+# Budget windows (spec worker §5.7): a TTL set only when a counter is created, so busy days do not extend
+# themselves.
+BUDGET_DAY_TTL_S = 2 * DAY_S
+BUDGET_WEEK_TTL_S = 9 * DAY_S
+BUDGET_MONTH_TTL_S = 40 * DAY_S
+
+# Delayed jobs: how often the promoter looks for due entries, and how many it moves per call.
+PROMOTE_INTERVAL_S = 0.5
+PROMOTE_BATCH = 100
+# A job that cannot run yet on this worker (its local folder is busy) comes back this much later.
+DEFER_MS = 5_000
+
+# Cancellation (spec worker §5.4): the request lives a minute, the ack five; the CLI waits ten seconds.
+CANCEL_REQUEST_TTL_MS = 60_000
+CANCEL_ACK_TTL_MS = 300_000
+CANCEL_POLL_S = 0.25
+CANCEL_WAIT_S = 10.0
+
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 
@@ -111,6 +129,20 @@ class Keys:
 
     def cancel_ack(self, job_id: str) -> str:
         return self._k("cancel-ack", job_id)
+
+    def budget_day(self, day: str) -> str:
+        """``day`` is ``YYYY-MM-DD`` (UTC)."""
+        return self._k("budget", day)
+
+    def budget_week(self, monday: str) -> str:
+        return self._k("budget", "w", monday)
+
+    def budget_month(self, month: str) -> str:
+        """``month`` is ``YYYY-MM`` (UTC)."""
+        return self._k("budget", "m", month)
+
+    def budget_tokens(self, day: str) -> str:
+        return self._k("budget", "t", day)
 
     def leader(self, role: str) -> str:
         return self._k("leader", role)

@@ -13,11 +13,16 @@ from pathlib import Path
 
 import msgspec
 
+from pidispatch.common.envnames import FORGE_TOKEN_VARS, WORKER_ONLY_SECRETS, is_reserved_name
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 JOB_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
+PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
 MEMORY_RE = re.compile(r"^([0-9]+)([kmg]?)$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -48,6 +53,31 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     logs_dir: str = "~/.pi-dispatch/logs"
     jobs_dir: str = ""
 
+    # Retries of infrastructure faults (spec worker §5.1): attempts in all, first delay, doubling.
+    retry_attempts: int = 2
+    retry_base_ms: int = 60_000
+    log_retention_days: int = 30
+    sweep_interval_hours: int = 24
+
+    # Spend (spec worker §5.7): job-count windows (None = window off) and the daily token cap.
+    daily_cap: int = 25
+    weekly_cap: int | None = None
+    monthly_cap: int | None = None
+    soft_hold_pct: int | None = None
+    daily_token_cap: int | None = None
+
+    # What the agent runs with (spec worker §2.4).
+    provider: str = "anthropic"
+    model: str | None = None
+    max_turns: int = 30
+    max_tokens: int | None = None
+    allowed_models: tuple[str, ...] = ()
+    forward_env: tuple[str, ...] = ()
+
+    # Secret profiles (spec worker §6.1): (name, absolute resolver path) in declaration order.
+    secret_profiles: tuple[tuple[str, str], ...] = ()
+    secret_resolve_timeout_s: float = 10.0
+
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
     value = env.get(name)
@@ -67,6 +97,47 @@ def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> i
     if not lo <= value <= hi:
         raise ConfigError(f"{name}={value} is out of range; accepted: {lo}..{hi}")
     return value
+
+
+def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+    return None if _get(env, name) is None else _int(env, name, 0, lo, hi)
+
+
+def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
+    """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon (spec worker §6.1)."""
+    if raw is None:
+        return ()
+    seen: dict[str, str] = {}
+    for entry in raw.split(","):
+        label, sep, path = entry.strip().partition(":")
+        if not sep or not PROFILE_NAME_RE.match(label):
+            raise ConfigError(
+                f"{name} entry {label or entry!r} is refused; accepted: name:/absolute/path entries, "
+                "names of [A-Za-z0-9._-], separated by commas"
+            )
+        if label in seen:
+            raise ConfigError(f"{name} declares profile {label!r} twice; accepted: each name once")
+        if not path or not os.path.isabs(path):
+            raise ConfigError(f"{name} profile {label!r} needs an absolute resolver path")
+        seen[label] = path
+    return tuple(seen.items())
+
+
+def parse_forward_env(raw: str | None) -> tuple[str, ...]:
+    """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
+    if raw is None:
+        return ()
+    minted = {v for names in FORGE_TOKEN_VARS.values() for v in names}
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    for n in names:
+        if not ENV_NAME_RE.match(n):
+            raise ConfigError(f"PI_FORWARD_ENV name {n!r} is refused; accepted: variable names, commas")
+        if n in minted or n in WORKER_ONLY_SECRETS or is_reserved_name(n):
+            raise ConfigError(
+                f"PI_FORWARD_ENV may not forward {n}: the worker sets it itself or it is a worker secret; "
+                "accepted: other variable names"
+            )
+    return tuple(dict.fromkeys(names))
 
 
 def parse_memory(name: str, raw: str) -> int:
@@ -132,6 +203,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     cpus = _get(env, "PI_JOB_CPUS")
     timeout = _int(env, "PI_JOB_TIMEOUT", 1800, 1, 24 * 3600)
     grace = _int(env, "PI_SHUTDOWN_GRACE", 10, 0, 3600)
+    provider = (_get(env, "PI_PROVIDER") or "anthropic").lower()
+    if not PROVIDER_RE.match(provider):
+        raise ConfigError(f"PI_PROVIDER={provider!r} is refused; accepted: a provider id such as anthropic")
+    allowed = tuple(m.strip().lower() for m in (_get(env, "PI_ALLOWED_MODELS") or "").split(",") if m.strip())
+    for ref in allowed:
+        if "/" not in ref or not MODEL_REF_RE.match(ref):
+            raise ConfigError(f"PI_ALLOWED_MODELS entry {ref!r} is refused; accepted: provider/model, commas")
+    resolve_ms = _int(env, "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, 100, 600_000)
 
     return Settings(
         redis_url=redis_url,
@@ -156,6 +235,23 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         shutdown_grace_s=float(grace),
         logs_dir=os.path.expanduser(_get(env, "PI_LOGS_DIR") or "~/.pi-dispatch/logs"),
         jobs_dir=os.path.expanduser(_get(env, "PI_JOBS_DIR") or default_jobs_dir()),
+        retry_attempts=_int(env, "PI_RETRY_ATTEMPTS", 2, 1, 10),
+        retry_base_ms=_int(env, "PI_RETRY_BASE_MS", 60_000, 10, 3_600_000),
+        log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
+        sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
+        daily_cap=_int(env, "PI_DAILY_CAP", 25, 0, 1_000_000),
+        weekly_cap=_optional_int(env, "PI_WEEKLY_CAP", 0, 10_000_000),
+        monthly_cap=_optional_int(env, "PI_MONTHLY_CAP", 0, 100_000_000),
+        soft_hold_pct=_optional_int(env, "PI_SOFT_HOLD_PCT", 1, 99),
+        daily_token_cap=_optional_int(env, "PI_DAILY_TOKEN_CAP", 0, 10**15),
+        provider=provider,
+        model=_get(env, "PI_MODEL"),
+        max_turns=_int(env, "PI_MAX_TURNS", 30, 1, 10_000),
+        max_tokens=_optional_int(env, "PI_MAX_TOKENS", 1, 10**12),
+        allowed_models=allowed,
+        forward_env=parse_forward_env(_get(env, "PI_FORWARD_ENV")),
+        secret_profiles=parse_profiles("PI_SECRET_PROFILES", _get(env, "PI_SECRET_PROFILES")),
+        secret_resolve_timeout_s=resolve_ms / 1000,
     )
 
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from pidispatch.common.envnames import RESERVED_SECRET_NAMES
 from pidispatch.common.settings import image_ref_ok
 from pidispatch.router.modelref import model_fields
 from pidispatch.router.refusal import ID_RE, Entry, integer, js_length, nonblank, unpadded
@@ -29,18 +30,6 @@ REPLICAS_MIN, REPLICAS_MAX = 2, 3
 BACKENDS: dict[str, bool] = {"local": False}
 # The pinned agent's built-in tools; it ignores unknown names silently, so only these can be excluded.
 EXCLUDABLE_TOOLS = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
-# Names the runtime sets itself: minted forge tokens, forge hosts, and the container's own variables
-# (spec worker §2.4). A trigger binding one would be overwritten, or would override what the worker set.
-RESERVED_SECRET_NAMES = frozenset({
-    "GITHUB_TOKEN", "GH_TOKEN", "GITLAB_TOKEN", "GL_TOKEN", "FORGEJO_TOKEN", "GITEA_SERVER_TOKEN",
-    "AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN", "GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL",
-    "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_MAX_TOKENS", "PI_JOB_ID", "PI_FLOW", "PI_COMMAND",
-    "PI_OFFLINE", "PI_PACKAGES", "PI_SESSION_FILE", "PI_EXCLUDE_TOOLS", "PI_ALLOWED_MODELS",
-    "PI_GLOBAL_ALLOW_EXTENSIONS", "PI_MAX_COST_MICROS", "PI_EXIT_AUTH", "PI_DISPATCH_KEYLESS",
-    "PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID", "PLAYWRIGHT_BROWSERS_PATH",
-    "PLAYWRIGHT_MCP_BROWSER", "PLAYWRIGHT_MCP_SANDBOX", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY",
-    "NODE_USE_ENV_PROXY", "HOME",
-})
 
 # §3.7: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
 # field under ``run`` is legal; under ``on`` every spelling is refused (these are properties of the run).

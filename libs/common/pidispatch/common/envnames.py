@@ -1,0 +1,68 @@
+"""Names of variables in a job container's environment that the runtime owns (spec worker §2.4, §6.1).
+
+One table for the router (which refuses a trigger binding one of them as a secret) and the worker (which
+builds the closed allowlist and refuses a forwarded or resolved name that would override it).
+"""
+
+from __future__ import annotations
+
+# Where a job's minted forge token goes: every one of its forge's variables, never another forge's.
+FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {
+    "github": ("GITHUB_TOKEN", "GH_TOKEN"),
+    "gitlab": ("GITLAB_TOKEN", "GL_TOKEN"),
+    "forgejo": ("FORGEJO_TOKEN", "GITEA_SERVER_TOKEN"),
+    "azure": ("AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN"),
+}
+FORGE_HOST_VARS = ("GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL")
+EGRESS_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")
+# Deleted from every container env last: a runner-internal name set from outside would steer the runner.
+RUNNER_INTERNAL_VARS = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
+# Worker-side secrets that must never be forwarded into a job.
+WORKER_ONLY_SECRETS = (
+    "WEBHOOK_SECRET", "GITHUB_APP_PRIVATE_KEY", "GITHUB_APP_PRIVATE_KEY_PATH", "GITHUB_PAT",
+    "VALKEY_PASSWORD", "REDIS_URL", "VALKEY_URL", "GITLAB_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET",
+    "AZURE_WEBHOOK_SECRET", "AZURE_TOKEN",
+)
+
+# The provider credential variables pi reads, in pi's order (first set one wins inside pi).
+PROVIDER_KEY_VARS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("ANTHROPIC_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
+    "openai": ("OPENAI_API_KEY",),
+    "google": ("GEMINI_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+    "cerebras": ("CEREBRAS_API_KEY",),
+    "xai": ("XAI_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",),
+    "zai": ("ZAI_API_KEY",),
+    "mistral": ("MISTRAL_API_KEY",),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+}
+
+# Names the runtime sets itself (spec worker §2.4). A trigger binding one would be overwritten, or would
+# override what the worker set.
+RESERVED_SECRET_NAMES = frozenset({
+    *(v for names in FORGE_TOKEN_VARS.values() for v in names), *FORGE_HOST_VARS, *EGRESS_VARS,
+    *RUNNER_INTERNAL_VARS,
+    "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_MAX_TOKENS", "PI_JOB_ID", "PI_FLOW", "PI_COMMAND",
+    "PI_OFFLINE", "PI_PACKAGES", "PI_SESSION_FILE", "PI_EXCLUDE_TOOLS", "PI_ALLOWED_MODELS",
+    "PI_GLOBAL_ALLOW_EXTENSIONS", "PI_MAX_COST_MICROS", "PI_EXIT_AUTH", "PI_DISPATCH_KEYLESS",
+    "PLAYWRIGHT_BROWSERS_PATH", "PLAYWRIGHT_MCP_BROWSER", "PLAYWRIGHT_MCP_SANDBOX", "HOME",
+})
+# Beyond the fixed set: steering variables no trigger may bind (credential files, endpoint overrides,
+# the loader), matched by prefix or suffix.
+RESERVED_PREFIXES = ("PI_", "PLAYWRIGHT_", "LD_", "DYLD_")
+RESERVED_SUFFIXES = ("_BASE_URL",)
+RESERVED_EXTRA = frozenset({
+    "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS",
+    "PATH", "NODE_OPTIONS",
+})
+
+
+def is_reserved_name(name: str) -> bool:
+    """A name no secret or forwarded variable may take, whatever the job's provider."""
+    return (
+        name in RESERVED_SECRET_NAMES
+        or name in RESERVED_EXTRA
+        or name.startswith(RESERVED_PREFIXES)
+        or name.endswith(RESERVED_SUFFIXES)
+    )
