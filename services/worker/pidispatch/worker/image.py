@@ -16,6 +16,7 @@ import re
 import shutil
 import tarfile
 import time
+from collections.abc import Mapping
 
 import aiodocker
 import aiohttp
@@ -23,6 +24,9 @@ from aiodocker.exceptions import DockerError
 
 from pidispatch.common.errors import InfraError
 
+FORGES_LABEL = "dev.pi-dispatch.forges"
+CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
+PI_VERSION_LABEL = "dev.pi-dispatch.pi-version"
 BUSYBOX_APPLETS = ("sh", "cat", "echo", "ls", "id", "sleep", "grep", "sed", "printf", "mkdir", "date")
 FALLBACK_TOOLS = ("sh", "cat", "sleep", "ls", "id")
 IMPORT_TIMEOUT = aiohttp.ClientTimeout(total=300, connect=5, sock_connect=5)
@@ -164,7 +168,16 @@ def _import_errors(body: bytes) -> list[str]:
     return errors
 
 
-async def build_image(tag: str, agent_script: str, docker: aiodocker.Docker | None = None) -> None:
+# The images built here run as whatever uid the worker hands them (spec worker §2.3, §2.9).
+DEFAULT_LABELS: Mapping[str, str] = {CAPABILITIES_LABEL: "anyUid"}
+
+
+async def build_image(
+    tag: str,
+    agent_script: str,
+    docker: aiodocker.Docker | None = None,
+    labels: Mapping[str, str] = DEFAULT_LABELS,
+) -> None:
     """Build ``tag`` from this machine's binaries with ``agent_script`` as ``/bin/agent`` (the CMD)."""
     repo, version = split_ref(tag)
     tools, applets = _host_tools()
@@ -173,7 +186,11 @@ async def build_image(tag: str, agent_script: str, docker: aiodocker.Docker | No
     own = docker is None
     client = docker or aiodocker.Docker()
     try:
-        params = {"fromSrc": "-", "repo": repo, "tag": version, "changes": 'CMD ["/bin/agent"]'}
+        # The daemon joins its `changes` with newlines and parses them as a Dockerfile, and aiodocker
+        # sends each query parameter once, so every instruction travels in one value.
+        label_lines = (f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels.items())
+        changes = ['CMD ["/bin/agent"]', *label_lines]
+        params = {"fromSrc": "-", "repo": repo, "tag": version, "changes": "\n".join(changes)}
         async with client._query(
             "images/create",
             "POST",

@@ -1,0 +1,26 @@
+"""How a step of a job's ladder can end short of running: a named refusal, or a retried fault.
+
+A ``Refusal`` is determinate (spec worker §1.3): recorded ``policy`` with its reason token, never retried.
+An ``InfraFault`` is an infrastructure failure: the attempt is recorded ``failed`` and the job retried
+while attempts remain (spec worker §5.1). ``refund`` says whether nothing was spent, so a budget slot
+reserved for the attempt is given back (only ``container-never-started`` and faults before the container).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    budget_reserved: bool = False
+
+
+class InfraFault(Exception):
+    """A retried failure; ``reason`` is a token (``secret-resolver-unreachable``), never a message."""
+
+    def __init__(self, reason: str, *, refund: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.refund = refund
