@@ -1,0 +1,249 @@
+"""Secret profiles (spec worker §6.1): turn a job's secret *references* into values, just before spend.
+
+A job carries ``{VAR_NAME: "<opaque reference>"}`` and a profile name; the profile is an operator-declared
+resolver executable, run as ``<resolver> <reference>`` (no shell). Its exit code is the verdict: 0 = the
+value on stdout, 2 = a determinate "no" (refused, not retried), anything else = infrastructure (retried).
+Values live only in the returned dict; references, resolver paths and output never reach a log or record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pidispatch.common.envnames import PROVIDER_KEY_VARS, is_reserved_name
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import Job
+from pidispatch.common.settings import ENV_NAME_RE, Settings
+from pidispatch.worker.environment import effective_provider
+from pidispatch.worker.outcome import InfraFault, Refusal
+
+STDOUT_CAP = 64 * 1024
+KILL_GRACE_S = 2.0
+READ_CHUNK = 16 * 1024
+DEFAULT_PROFILE = "default"
+NAME_RESERVED = "secret-name-reserved"
+PROFILE_UNKNOWN = "secret-profile-unknown"
+UNRESOLVED = "secret-unresolved"
+UNREACHABLE = "secret-resolver-unreachable"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one resolver run said. ``failure`` names why it gave no value (a token, never output)."""
+
+    value: str | None
+    failure: str | None
+    code: int | None
+    stderr_bytes: int
+    determinate: bool = True
+
+
+def armed(job: Job) -> bool:
+    return bool(job.secrets) or bool(job.secrets_profile)
+
+
+def static_refusal(job: Job) -> str | None:
+    """Pure: the first bound name no secret may take whatever the deployment (step 1), or None."""
+    for name in job.secrets or {}:
+        if not ENV_NAME_RE.match(name) or is_reserved_name(name):
+            return name
+    return None
+
+
+def deployment_refusal(job: Job, settings: Settings) -> str | None:
+    """Pure: the first bound name this deployment owns (step 3): the job provider's key variables, set or
+    not, and every forwarded name. Another provider's key variable is allowed."""
+    owned = {*PROVIDER_KEY_VARS.get(effective_provider(job, settings), ()), *settings.forward_env}
+    for name in job.secrets or {}:
+        if name in owned:
+            return name
+    return None
+
+
+def _executable_file(path: str) -> str | None:
+    """The resolver's real path when it is an executable regular file (symlinks followed), else None."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or not os.access(real, os.X_OK):
+        return None
+    return real
+
+
+async def find_resolver(job: Job, settings: Settings) -> str | None:
+    """The resolver of the job's profile (``default`` when it names none), or None when undeclared or
+    not an executable file. Never an "only profile" fallback."""
+    wanted = job.secrets_profile or DEFAULT_PROFILE
+    path = dict(settings.secret_profiles).get(wanted)
+    if path is None:
+        return None
+    return await asyncio.to_thread(_executable_file, path)
+
+
+def judge(code: int | None, out: bytes, *, overflow: bool, stderr_bytes: int) -> Answer:
+    """Pure: a finished resolver run as a value or a named failure."""
+    if overflow:
+        return Answer(None, "overflow", code, stderr_bytes)
+    if code == 2:
+        return Answer(None, "exit-2", code, stderr_bytes)
+    if code != 0:
+        return Answer(None, "exit-code", code, stderr_bytes, determinate=False)
+    if b"\0" in out:
+        return Answer(None, "nul", code, stderr_bytes)
+    # Exactly one line ending is the resolver's; anything more belongs to the value (no trim).
+    if out.endswith(b"\r\n"):
+        out = out[:-2]
+    elif out.endswith(b"\n"):
+        out = out[:-1]
+    if not out:
+        return Answer(None, "empty", code, stderr_bytes)
+    try:
+        value = out.decode()
+    except UnicodeDecodeError:
+        return Answer(None, "not-utf8", code, stderr_bytes)
+    return Answer(value, None, code, stderr_bytes)
+
+
+def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+    # The resolver leads its own process group, so its helpers (a CLI it spawned) get the signal too.
+    # Only while it is unreaped: after that its pid, and so the group id, may belong to someone else.
+    if proc.returncode is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    except OSError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+async def _finish(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    """SIGTERM, SIGKILL after ``grace_s``, then reap: the child never outlives the call."""
+    if proc.returncode is None:
+        _signal(proc, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s)
+        except TimeoutError:
+            _signal(proc, signal.SIGKILL)
+    try:
+        await asyncio.wait_for(proc.wait(), grace_s)
+    except TimeoutError:
+        # Reaped, but something outside its group still holds a pipe: close our ends and move on.
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+
+async def _count(stream: asyncio.StreamReader) -> int:
+    total = 0
+    while chunk := await stream.read(READ_CHUNK):
+        total += len(chunk)
+    return total
+
+
+async def _collect(proc: asyncio.subprocess.Process) -> Answer:
+    """Read stdout up to the cap and count stderr (never read into memory), then the exit code."""
+    if proc.stdout is None or proc.stderr is None:  # both were opened as pipes
+        raise RuntimeError("resolver pipes missing")
+    errs = asyncio.create_task(_count(proc.stderr))
+    try:
+        out = bytearray()
+        while chunk := await proc.stdout.read(READ_CHUNK):
+            out += chunk
+            if len(out) > STDOUT_CAP:
+                _signal(proc, signal.SIGKILL)
+                return judge(None, b"", overflow=True, stderr_bytes=0)
+        stderr_bytes = await errs
+        code = await proc.wait()
+        return judge(code, bytes(out), overflow=False, stderr_bytes=stderr_bytes)
+    finally:
+        errs.cancel()
+
+
+async def run_resolver(
+    path: str, reference: str, *, env: Mapping[str, str], timeout_s: float, abort: asyncio.Event | None
+) -> Answer:
+    """Run ``<path> <reference>`` once, bounded by ``timeout_s`` and ``abort``; never raises."""
+    if abort is not None and abort.is_set():
+        return Answer(None, "abort", None, 0, determinate=False)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            path, reference, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=dict(env), start_new_session=True,
+        )
+    except OSError:
+        return Answer(None, "spawn", None, 0, determinate=False)
+    collect = asyncio.create_task(_collect(proc))
+    aborted = asyncio.create_task(abort.wait()) if abort is not None else None
+    try:
+        waiting = {collect} if aborted is None else {collect, aborted}
+        await asyncio.wait(waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if collect.done():
+            return collect.result()
+        failure = "abort" if aborted is not None and aborted.done() else "timeout"
+        return Answer(None, failure, None, 0, determinate=False)
+    finally:
+        collect.cancel()
+        if aborted is not None:
+            aborted.cancel()
+        await _finish(proc, KILL_GRACE_S)
+
+
+def _refuse(job: Job, name: str, failure: str, reason: str, answer: Answer | None = None) -> Refusal:
+    get_logger().info(
+        "secret_refused", kind=job.kind, name=name, failure=failure,
+        code=answer.code if answer else None, stderrBytes=answer.stderr_bytes if answer else None,
+    )
+    return Refusal(reason)
+
+
+async def resolve_secrets(
+    job: Job,
+    settings: Settings,
+    *,
+    abort: asyncio.Event | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str] | Refusal:
+    """The job's secrets as ``{name: value}`` (``{}`` when it binds none), or a named refusal.
+
+    Raises ``InfraFault("secret-resolver-unreachable")`` for a resolver that could not give a verdict
+    (exit 1 or another code, spawn error, timeout, abort). The first failure stops: never a partial set.
+    ``env`` is what the resolver runs with (default: the worker's own environment).
+    """
+    if not armed(job):
+        return {}
+    if (name := static_refusal(job)) is not None:
+        return _refuse(job, name, "reserved", NAME_RESERVED)
+    resolver = await find_resolver(job, settings)
+    if resolver is None:
+        return _refuse(job, job.secrets_profile or DEFAULT_PROFILE, "profile-unknown", PROFILE_UNKNOWN)
+    if (name := deployment_refusal(job, settings)) is not None:
+        return _refuse(job, name, "reserved", NAME_RESERVED)
+    run_env = os.environ if env is None else env
+    values: dict[str, str] = {}
+    known: dict[str, str] = {}  # reference -> value: an identical reference is resolved once
+    for name, reference in (job.secrets or {}).items():
+        if reference not in known:
+            answer = await run_resolver(
+                resolver, reference, env=run_env, timeout_s=settings.secret_resolve_timeout_s, abort=abort
+            )
+            if answer.value is None:
+                if answer.determinate:
+                    return _refuse(job, name, answer.failure or "unresolved", UNRESOLVED, answer)
+                get_logger().warning(
+                    "secret_resolver_fault", kind=job.kind, name=name, failure=answer.failure,
+                    code=answer.code, stderrBytes=answer.stderr_bytes,
+                )
+                raise InfraFault(UNREACHABLE)
+            known[reference] = answer.value
+        values[name] = known[reference]
+    return values
