@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.forges import ForgeConfig, create_http, load_forge_config
 from pidispatch.common.github_auth import GithubAuth
@@ -70,16 +71,18 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
             return await authority.ask(question, delivery=delivery)
 
         rules_ref = RulesRef(rules)
+        keys = Keys(settings.key_prefix)
         watcher = asyncio.create_task(watch_triggers(settings.triggers_file, rules_ref, stop))
+        # Workers promote too; the promoting script is atomic, so any number of promoters is safe.
+        promoter = asyncio.create_task(run_promoter(redis, keys, stop))
         try:
             await run_router(
-                settings, redis, Keys(settings.key_prefix), rules_ref, stop, now_ms,
-                self_ids=self_ids, ask=ask, consumer=consumer,
+                settings, redis, keys, rules_ref, stop, now_ms, self_ids=self_ids, ask=ask, consumer=consumer,
             )
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+                await asyncio.gather(watcher, promoter)
     finally:
         await redis.aclose()
         await http.close()
