@@ -59,7 +59,9 @@ async def test_worker_runs_job_in_isolated_container_and_records_completed(
         assert host["NanoCpus"] == 1_000_000_000
         assert host["Init"] is True and host["AutoRemove"] is True and host["Privileged"] is False
         assert info["Config"]["User"] == "1000:1000"
-        assert info["Config"]["Labels"] == {"pd.job": job.id, "pd.host": worker_name}
+        # The image's own labels are inherited; the worker adds exactly these two.
+        own = {k: v for k, v in info["Config"]["Labels"].items() if not k.startswith("dev.pi-dispatch.")}
+        assert own == {"pd.job": job.id, "pd.host": worker_name}
         assert info["Name"] == f"/pi-job-{job.id}"
         mounts = {m["Destination"]: m for m in info["Mounts"]}
         assert mounts["/job"]["RW"] is False and mounts["/workspace"]["RW"] is True
@@ -145,19 +147,28 @@ async def _is_running(redis: Redis, keys: Keys, job: Job) -> bool:
     return (await state(redis, keys, job)).get("state") == "running"
 
 
-async def test_worker_shutdown_aborts_running_job_and_leaves_no_container(
+async def test_shutdown_past_its_grace_leaves_the_job_running_and_the_next_start_reattaches(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
 ) -> None:
-    job = issue_job("exit=0 sleep=120")
+    job = issue_job("exit=0 sleep=4")
     no_grace = {**env, "PI_SHUTDOWN_GRACE": "0"}
-    async with running_worker(no_grace, redis, keys, docker) as (settings, stop, task):
-        await enqueue(redis, keys, job)
-        await wait_for(lambda: _is_running(redis, keys, job), 20, what="the job to run")
-        stop.set()
-        await asyncio.wait_for(task, 30)
-    rec = await record(settings, job, timeout=1)
-    assert (rec["outcome"], rec["reason"]) == ("policy", "worker-abort")
-    assert await pending_ids(redis, keys) == []
+    with capture_logs() as logs:
+        async with running_worker(no_grace, redis, keys, docker) as (settings, stop, task):
+            entry = await enqueue(redis, keys, job)
+            await wait_for(lambda: _is_running(redis, keys, job), 20, what="the job to run")
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        assert "jobs_left_running" in [e["event"] for e in logs]
+        assert len(await job_containers(docker, job)) == 1  # still running, nobody stopped it
+        assert await pending_ids(redis, keys) == [entry]
+        assert not (Path(settings.logs_dir) / f"{job.id}.json").exists()
+        # The row stays until it expires, so no peer takes the job over while this host comes back.
+        assert await redis.exists(keys.host(settings.worker_name))
+        async with running_worker(env, redis, keys, docker):
+            rec = await record(settings, job)
+    events = [e["event"] for e in logs]
+    assert events.count("job_started") == 1 and "job_reattached" in events
+    assert (rec["outcome"], rec["exitCode"]) == ("completed", 0)
     assert await job_containers(docker, job) == []
     assert os.listdir(settings.jobs_dir) == []
 

@@ -35,13 +35,21 @@ def issue_job(**overrides: object) -> Job:
     return Job(**fields)  # type: ignore[arg-type]
 
 
+# What the caller's environment module hands in; the spec takes it as given.
+ENV = {"PI_JOB_ID": "pi-job-x", "PI_OFFLINE": "1"}
+
+
 @pytest.fixture
 def settings():
     return load_settings({"PI_WORKER_NAME": "hostA", "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "1.5"})
 
 
+def spec_of(job: Job, job_dir: str, settings, **kwargs: object) -> ContainerSpec:
+    return build_spec(job, job_dir, settings, env=kwargs.pop("env", ENV), **kwargs)  # type: ignore[arg-type]
+
+
 def test_build_spec_names_labels_mounts_and_limits(settings) -> None:
-    spec = build_spec(issue_job(id="gh-a:b/c"), "/jobs/job-x", settings)
+    spec = spec_of(issue_job(id="gh-a:b/c"), "/jobs/job-x", settings)
     assert spec.name == "pi-job-gh-a_b_c"
     assert spec.labels == {"pd.job": "gh-a:b/c", "pd.host": "hostA"}
     assert [tuple(m) for m in spec.mounts] == [
@@ -56,14 +64,14 @@ def test_build_spec_names_labels_mounts_and_limits(settings) -> None:
 
 
 def test_shm_is_half_the_memory_capped_at_one_gib() -> None:
-    small = build_spec(issue_job(), "/j", load_settings({"PI_JOB_MEMORY": "256m"}))
-    big = build_spec(issue_job(), "/j", load_settings({"PI_JOB_MEMORY": "8g"}))
+    small = spec_of(issue_job(), "/j", load_settings({"PI_JOB_MEMORY": "256m"}))
+    big = spec_of(issue_job(), "/j", load_settings({"PI_JOB_MEMORY": "8g"}))
     assert small.shm_size == 128 * 1024**2
     assert big.shm_size == 1024**3
 
 
 def test_translation_carries_every_fixed_isolation_setting(settings) -> None:
-    config = to_docker_config(build_spec(issue_job(), "/jobs/job-x", settings))
+    config = to_docker_config(spec_of(issue_job(), "/jobs/job-x", settings))
     assert "Cmd" not in config and "Entrypoint" not in config
     assert config["User"] == "1000:1000"
     assert config["Image"] == "pi-job:latest"
@@ -85,43 +93,67 @@ def test_translation_carries_every_fixed_isolation_setting(settings) -> None:
     ]
 
 
-def test_env_is_the_allowlist_only_never_the_worker_environment(settings, monkeypatch) -> None:
+def test_env_is_exactly_the_callers_map_never_the_worker_environment(settings, monkeypatch) -> None:
     monkeypatch.setenv("PD_CANARY_SECRET", "must-not-leak")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_must_not_leak")
-    env = to_docker_config(build_spec(issue_job(), "/j", settings))["Env"]
-    assert sorted(env) == sorted([
-        f"PI_JOB_ID=pi-job-{issue_job().id}",
-        "PI_FLOW=triage",
-        "PI_OFFLINE=1",
-        "HOME=/home/pi",
-    ])
+    env = to_docker_config(spec_of(issue_job(), "/j", settings))["Env"]
+    assert sorted(env) == ["PI_JOB_ID=pi-job-x", "PI_OFFLINE=1"]
     assert not any("must-not-leak" in e or "CANARY" in e for e in env)
     assert os.environ["PD_CANARY_SECRET"] == "must-not-leak"
 
 
-def test_env_omits_none_values_and_command_excludes_flow(settings) -> None:
-    env = to_docker_config(build_spec(issue_job(flow="triage", command="review"), "/j", settings))["Env"]
-    assert "PI_COMMAND=review" in env
-    assert not any(e.startswith("PI_FLOW") for e in env)
-    env = to_docker_config(build_spec(issue_job(flow=None), "/j", settings))["Env"]
-    assert not any(e.startswith(("PI_FLOW", "PI_COMMAND")) for e in env)
+def test_env_omits_none_values(settings) -> None:
+    spec = spec_of(issue_job(), "/j", settings, env={"PI_COMMAND": "review", "PI_FLOW": None})
+    assert to_docker_config(spec)["Env"] == ["PI_COMMAND=review"]
+
+
+def test_env_given_is_copied_so_later_edits_do_not_reach_the_spec(settings) -> None:
+    env = {"PI_OFFLINE": "1"}
+    spec = spec_of(issue_job(), "/j", settings, env=env)
+    env["LD_PRELOAD"] = "/evil.so"
+    assert dict(spec.env) == {"PI_OFFLINE": "1"}
+
+
+def test_local_job_mounts_the_operators_folder_and_runs_as_its_owner(settings) -> None:
+    job = Job(id="local-0123456789abcdef-202611301200", kind="local", repo="local:app",
+              folder="/home/op/app", task="fix the tests")
+    spec = spec_of(job, "/jobs/job-y", settings, user="4242:4243", workspace="/home/op/app")
+    assert [tuple(m) for m in spec.mounts] == [
+        ("/jobs/job-y", "/job", True),
+        ("/home/op/app", "/workspace", False),
+    ]
+    config = to_docker_config(spec)
+    assert config["User"] == "4242:4243"
+    # A bind mount through the Mounts API carries no relabel option: the operator's labels stay theirs.
+    assert all(set(m) == {"Type", "Source", "Target", "ReadOnly"} for m in config["HostConfig"]["Mounts"])
+
+
+def test_user_defaults_to_pi_job_user_and_a_root_owner_is_still_refused(settings) -> None:
+    assert spec_of(issue_job(), "/j", settings).user == settings.job_user
+    with pytest.raises(SpecRefused):
+        to_docker_config(spec_of(issue_job(), "/j", settings, user="0:4242"))
+
+
+def test_relative_workspace_is_refused(settings) -> None:
+    with pytest.raises(SpecRefused, match="absolute"):
+        spec_of(issue_job(), "/j", settings, workspace="app")
 
 
 def test_spec_not_marked_isolated_is_refused(settings) -> None:
-    spec = dataclasses.replace(build_spec(issue_job(), "/j", settings), isolated=False)
+    spec = dataclasses.replace(spec_of(issue_job(), "/j", settings), isolated=False)
     with pytest.raises(SpecRefused, match="isolated"):
         to_docker_config(spec)
 
 
 @pytest.mark.parametrize("user", ["0:0", "0:1000", "1000:0", "1000", "pi", "pi:pi", "", "1000:1000:1"])
 def test_root_or_malformed_user_is_refused(settings, user: str) -> None:
-    spec = dataclasses.replace(build_spec(issue_job(), "/j", settings), user=user)
+    spec = dataclasses.replace(spec_of(issue_job(), "/j", settings), user=user)
     with pytest.raises(SpecRefused):
         to_docker_config(spec)
 
 
 def test_spec_is_frozen_including_its_env_and_labels(settings) -> None:
-    spec: ContainerSpec = build_spec(issue_job(), "/j", settings)
+    spec: ContainerSpec = spec_of(issue_job(), "/j", settings)
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.user = "0:0"  # type: ignore[misc]
     with pytest.raises(TypeError):

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
+import os
 from pathlib import Path
 
 import msgspec
+import pytest
 from structlog.testing import capture_logs
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
+from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
-from pidispatch.worker.history import build_record, iso_ms, read_record, record_path, write_record
+from pidispatch.worker.history import (
+    build_record,
+    iso_ms,
+    list_runs,
+    read_record,
+    record_path,
+    run_log_sweeper,
+    sweep_logs,
+    write_record,
+)
+from tests.helpers import wait_for
 
 TITLE = "Spelling error in the README file"
 BODY = "It looks like you accidently spelled 'commit' with two 't's."
@@ -99,3 +114,150 @@ async def test_write_failure_names_the_job_and_an_errno_never_the_path(tmp_path:
     assert ok is False
     assert logs == [{"event": "run_record_failed", "job": "gh-72d3162e", "reason": "ENOTDIR",
                      "log_level": "warning"}]
+
+
+# ---- retention --------------------------------------------------------------------------------------
+
+DAY_MS = 86_400_000
+NOW = 1_800_000_000_000
+
+
+def aged(path: Path, days: float, data: str = "{}") -> Path:
+    """A file whose mtime is ``days`` before NOW."""
+    path.write_text(data)
+    t = (NOW - days * DAY_MS) / 1000
+    os.utime(path, (t, t))
+    return path
+
+
+async def test_sweep_removes_old_records_and_logs_and_keeps_the_rest(tmp_path: Path) -> None:
+    old_json, old_log = aged(tmp_path / "gh-old.json", 31), aged(tmp_path / "gh-old.log", 45)
+    new_json, new_log = aged(tmp_path / "gh-new.json", 29), aged(tmp_path / "gh-new.log", 0)
+    other = aged(tmp_path / "notes.txt", 400)  # not ours to delete
+    nested = tmp_path / "sub"
+    nested.mkdir()
+    deep = aged(nested / "gh-deep.json", 400)  # no recursion
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    with capture_logs() as logs:
+        removed = await sweep_logs(str(tmp_path), 30, NOW)
+    assert removed == 2
+    assert not old_json.exists() and not old_log.exists()
+    assert all(p.exists() for p in (new_json, new_log, other, deep, folder))
+    assert logs == [{"event": "logs_swept", "removed": 2, "log_level": "info"}]
+
+
+async def test_sweep_never_follows_a_symlink(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = aged(outside / "precious.json", 400)
+    logs_dir = tmp_path / "logs"
+    logs_dir.mkdir()
+    link = logs_dir / "gh-link.json"
+    link.symlink_to(target)
+    t = (NOW - 400 * DAY_MS) / 1000
+    os.utime(link, (t, t), follow_symlinks=False)
+    dir_link = logs_dir / "gh-dir.log"
+    dir_link.symlink_to(outside)
+    assert await sweep_logs(str(logs_dir), 30, NOW) == 0
+    assert target.exists() and link.is_symlink() and dir_link.is_symlink()
+
+
+async def test_zero_days_keeps_everything_forever(tmp_path: Path) -> None:
+    ancient = aged(tmp_path / "gh-1.json", 10_000)
+    with capture_logs() as logs:
+        assert await sweep_logs(str(tmp_path), 0, NOW) == 0
+    assert ancient.exists() and logs == []
+
+
+async def test_missing_folder_is_nothing_to_sweep(tmp_path: Path) -> None:
+    with capture_logs() as logs:
+        assert await sweep_logs(str(tmp_path / "never-made"), 30, NOW) == 0
+    assert logs == []
+
+
+async def test_a_file_that_cannot_be_removed_does_not_stop_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stuck = aged(tmp_path / "gh-stuck.json", 90)
+    others = [aged(tmp_path / f"gh-{i}.log", 90) for i in range(3)]
+    real_unlink = os.unlink
+
+    def unlink(path: str, *args: object, **kw: object) -> None:
+        # Root ignores file modes, so the refusal is simulated at the one call that would see it.
+        if os.path.basename(path) == stuck.name:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        real_unlink(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with capture_logs() as logs:
+        assert await sweep_logs(str(tmp_path), 30, NOW) == 3
+    assert stuck.exists() and not any(p.exists() for p in others)
+    assert {"event": "log_reaper_skipped", "reason": "EACCES", "log_level": "warning"} in logs
+    assert str(tmp_path) not in repr(logs) and "gh-stuck" not in repr(logs)
+
+
+def settings_for(logs_dir: Path, **kw: object) -> Settings:
+    return Settings(logs_dir=str(logs_dir), **kw)  # type: ignore[arg-type]
+
+
+async def test_sweeper_sweeps_at_boot_and_returns_when_the_interval_is_zero(tmp_path: Path) -> None:
+    old = aged(tmp_path / "gh-old.json", 31)
+    settings = settings_for(tmp_path, log_retention_days=30, sweep_interval_hours=0)
+    await asyncio.wait_for(run_log_sweeper(settings, asyncio.Event(), lambda: NOW), 10)
+    assert not old.exists()
+
+
+async def test_sweeper_sweeps_at_once_then_waits_for_the_stop(tmp_path: Path) -> None:
+    old = aged(tmp_path / "gh-old.json", 31)
+    settings = settings_for(tmp_path, log_retention_days=30, sweep_interval_hours=24)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_log_sweeper(settings, stop, lambda: NOW))
+    await wait_for(lambda: not old.exists(), 10, what="the boot sweep")
+    assert not task.done()  # the next sweep is a day away
+    stop.set()
+    await asyncio.wait_for(task, 10)
+
+
+# ---- listing ----------------------------------------------------------------------------------------
+
+
+async def write_run(logs_dir: Path, job_id: str, ended_ms: int, mtime_days: float | None = None) -> Path:
+    rec = record_for(issue_job(job_id), ended_at_ms=ended_ms, started_at_ms=ended_ms - 1000)
+    assert await write_record(str(logs_dir), rec)
+    path = record_path(str(logs_dir), job_id)
+    if mtime_days is not None:
+        t = (NOW - mtime_days * DAY_MS) / 1000
+        os.utime(path, (t, t))
+    return path
+
+
+async def test_list_runs_is_newest_ended_first_and_cut_to_the_limit(tmp_path: Path) -> None:
+    # mtimes out of order with endedAt: the listing sorts by endedAt, mtime only pre-selects.
+    await write_run(tmp_path, "gh-a", ENDED + 1000, mtime_days=1)
+    await write_run(tmp_path, "gh-b", ENDED + 3000, mtime_days=3)
+    await write_run(tmp_path, "gh-c", ENDED + 2000, mtime_days=2)
+    await write_run(tmp_path, "gh-d", ENDED, mtime_days=4)
+    assert [r.job_id for r in await list_runs(str(tmp_path))] == ["gh-b", "gh-c", "gh-a", "gh-d"]
+    assert [r.job_id for r in await list_runs(str(tmp_path), limit=2)] == ["gh-b", "gh-c"]
+    assert await list_runs(str(tmp_path), limit=0) == []
+
+
+async def test_list_runs_preselects_by_mtime(tmp_path: Path) -> None:
+    # Only the newest limit*2 files by mtime are decoded: an old file cannot push in, whatever it claims.
+    for i in range(6):
+        await write_run(tmp_path, f"gh-{i}", ENDED + i, mtime_days=10 - i)
+    await write_run(tmp_path, "gh-old-but-claims-new", ENDED + 10**9, mtime_days=100)
+    assert [r.job_id for r in await list_runs(str(tmp_path), limit=2)] == ["gh-5", "gh-4"]
+
+
+async def test_list_runs_skips_what_does_not_decode(tmp_path: Path) -> None:
+    await write_run(tmp_path, "gh-good", ENDED, mtime_days=2)
+    aged(tmp_path / "gh-torn.json", 1, '{"jobId": "gh-torn", "ki')
+    aged(tmp_path / "gh-wrong.json", 1, '{"jobId": 7}')
+    aged(tmp_path / "gh-list.json", 1, "[]")
+    aged(tmp_path / "gh-run.log", 0, "not a record")
+    (tmp_path / "dir.json").mkdir()
+    (tmp_path / "gh-link.json").symlink_to(await write_run(tmp_path / "elsewhere", "gh-x", ENDED))
+    assert [r.job_id for r in await list_runs(str(tmp_path), limit=1)] == ["gh-good"]
+    assert await list_runs(str(tmp_path / "missing")) == []

@@ -145,3 +145,56 @@ async def test_remove_deletes_the_folder_but_never_outside_the_jobs_dir(settings
     await remove_workspace(str(outside), settings.jobs_dir)
     await remove_workspace(str(tmp_path / "jobs" / "not-a-job"), settings.jobs_dir)
     assert outside.exists()
+
+
+SHA = "3b18e512dba79e4c8300dd08aeb37f8e728b8dad"
+
+
+def local_job(**overrides: object) -> Job:
+    fields: dict[str, object] = {
+        "id": "local-0123456789abcdef-202611301200", "kind": "local", "repo": "local:app",
+        "folder": "/home/operator/src/app", "task": "Make the ```tests``` pass.\nKeep the API.",
+    }
+    fields.update(overrides)
+    return Job(**fields)  # type: ignore[arg-type]
+
+
+def test_local_flow_prompt_asks_for_the_skill_then_points_to_the_event_then_the_task_verbatim() -> None:
+    prompt = build_prompt(local_job(flow="fix"))
+    assert prompt.splitlines()[:2] == [
+        "Use the `fix` skill for this job.",
+        "The event that started this job is described in /job/event.json.",
+    ]
+    assert "\n````\nMake the ```tests``` pass.\nKeep the API.\n````\n" in prompt
+
+
+def test_local_bare_task_prompt_is_the_pointer_then_the_task() -> None:
+    prompt = build_prompt(local_job())
+    assert prompt.splitlines()[0] == "The event that started this job is described in /job/event.json."
+    assert "Make the ```tests``` pass.\nKeep the API." in prompt
+    assert "skill" not in prompt
+
+
+def test_local_command_prompt_is_exactly_the_command_without_a_newline() -> None:
+    assert build_prompt(local_job(command="review", task=None)) == "/review"
+
+
+def test_local_event_names_the_folder_by_basename_and_the_commit_only() -> None:
+    event = build_event(local_job(), sha=SHA)
+    assert event == {"source": "manual", "folder": "app", "sha": SHA}
+    assert "/home/operator" not in json.dumps(event) and "tests" not in json.dumps(event)
+
+
+async def test_local_job_folder_has_no_workspace_since_the_operators_folder_is_mounted(settings) -> None:
+    job_dir = Path(await prepare_workspace(local_job(flow="fix"), settings, sha=SHA))
+    assert sorted(p.name for p in job_dir.iterdir()) == ["event.json", "prompt.md"]
+    event = json.loads((job_dir / "event.json").read_text())
+    assert event == {"source": "manual", "folder": "app", "sha": SHA}
+    assert (job_dir / "prompt.md").read_text() == build_prompt(local_job(flow="fix"))
+    assert mode(job_dir / "prompt.md") == mode(job_dir / "event.json") == 0o444
+
+
+async def test_local_job_without_its_commit_sha_is_a_programming_error(settings) -> None:
+    with pytest.raises(ValueError, match="sha"):
+        await prepare_workspace(local_job(), settings)
+    assert list(Path(settings.jobs_dir).iterdir()) == []

@@ -53,6 +53,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     logs_dir: str = "~/.pi-dispatch/logs"
     jobs_dir: str = ""
 
+    # Host liveness (DESIGN.md §4): a beat every 15 s, a row that expires 90 s after the last one; a peer
+    # takes over a host's pending jobs only once its row is gone. Tests shorten both.
+    host_beat_ms: int = 15_000
+    host_ttl_ms: int = 90_000
+
     # Retries of infrastructure faults (spec worker §5.1): attempts in all, first delay, doubling.
     retry_attempts: int = 2
     retry_base_ms: int = 60_000
@@ -210,6 +215,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     for ref in allowed:
         if "/" not in ref or not MODEL_REF_RE.match(ref):
             raise ConfigError(f"PI_ALLOWED_MODELS entry {ref!r} is refused; accepted: provider/model, commas")
+    beat_ms = _int(env, "PD_HOST_BEAT_MS", 15_000, 50, 600_000)
+    ttl_ms = _int(env, "PD_HOST_TTL_MS", 90_000, 200, 3_600_000)
+    if ttl_ms < 3 * beat_ms:
+        raise ConfigError(
+            f"PD_HOST_TTL_MS={ttl_ms} is too short for PD_HOST_BEAT_MS={beat_ms}; accepted: at least 3 beats"
+        )
     resolve_ms = _int(env, "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, 100, 600_000)
 
     return Settings(
@@ -235,6 +246,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         shutdown_grace_s=float(grace),
         logs_dir=os.path.expanduser(_get(env, "PI_LOGS_DIR") or "~/.pi-dispatch/logs"),
         jobs_dir=os.path.expanduser(_get(env, "PI_JOBS_DIR") or default_jobs_dir()),
+        host_beat_ms=beat_ms,
+        host_ttl_ms=ttl_ms,
         retry_attempts=_int(env, "PI_RETRY_ATTEMPTS", 2, 1, 10),
         retry_base_ms=_int(env, "PI_RETRY_BASE_MS", 60_000, 10, 3_600_000),
         log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),

@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
         c.add_argument("--json", action="store_true")
         c.set_defaults(func=pause_command, paused=verb == "pause")
+    from pidispatch.worker import control, local, runs
+
+    control.register(sub)
+    local.register(sub)
+    runs.register(sub)
 
 
 def create_docker() -> aiodocker.Docker:

@@ -76,32 +76,39 @@ def resolve_image(job: Job, settings: Settings) -> str:
     return ref
 
 
-def container_env(job: Job, name: str) -> dict[str, str | None]:
-    """The closed allowlist of variables a job sees; nothing is copied from the worker's environment."""
-    return {
-        "PI_JOB_ID": name,
-        "PI_FLOW": job.flow if job.command is None else None,
-        "PI_COMMAND": job.command,
-        "PI_OFFLINE": "1",
-        "HOME": CONTAINER_HOME,
-    }
+def build_spec(
+    job: Job,
+    job_dir: str,
+    settings: Settings,
+    *,
+    env: Mapping[str, str | None],
+    user: str | None = None,
+    workspace: str | None = None,
+) -> ContainerSpec:
+    """Pure: what this job's container is. Raises ``ValueError`` for a refused image reference and
+    ``SpecRefused`` for a workspace that is not an absolute path.
 
-
-def build_spec(job: Job, job_dir: str, settings: Settings) -> ContainerSpec:
-    """Pure: what this job's container is. Raises ``ValueError`` for a refused image reference."""
-    name = container_name(job.id)
+    ``env`` is the job's closed allowlist, built by the caller (never the worker's environment).
+    ``user`` defaults to ``PI_JOB_USER``; a local job passes its folder owner's ``uid:gid``.
+    ``workspace`` defaults to the clone in ``<job_dir>/workspace``; a local job passes the operator's
+    folder. Bind mounts here never ask for an SELinux relabel: relabelling the operator's folder
+    would rewrite the labels of their own files.
+    """
+    workspace = os.path.join(job_dir, "workspace") if workspace is None else workspace
+    if not os.path.isabs(workspace):
+        raise SpecRefused("the workspace mount source must be an absolute path")
     return ContainerSpec(
         image=resolve_image(job, settings),
-        name=name,
-        env=container_env(job, name),
+        name=container_name(job.id),
+        env=env,
         mounts=(
             Mount(job_dir, JOB_MOUNT, True),
-            Mount(os.path.join(job_dir, "workspace"), WORKSPACE_MOUNT, False),
+            Mount(workspace, WORKSPACE_MOUNT, False),
         ),
         memory_bytes=settings.job_memory_bytes,
         nano_cpus=settings.job_nano_cpus,
         shm_size=min(SHM_CAP_BYTES, settings.job_memory_bytes // 2),
-        user=settings.job_user,
+        user=settings.job_user if user is None else user,
         labels={LABEL_JOB: job.id, LABEL_HOST: settings.worker_name},
     )
 

@@ -34,9 +34,18 @@ class Tail:
         return bytes(self._buf)
 
 
+# The labelled reasons a runner may give for exit 2 (spec worker §1.6 step 6); anything else is
+# `runner-policy`. Exact-case match: the exit line is the agent's output, never trusted to widen this.
+RUNNER_POLICY_REASONS = frozenset({
+    "provider-auth-refused", "cost-cap", "model-not-allowed", "cost-cap-unenforceable",
+    "model-policy-unenforceable",
+})
+
+
 class ExitInfo(NamedTuple):
     turns: int | None
     tokens: dict[str, int | float] | None
+    exit_reason: str | None = None
 
 
 def _number(value: Any) -> bool:
@@ -87,5 +96,10 @@ def parse_exit_line(tail: bytes) -> ExitInfo | None:
             continue
         obj = _exit_object(line)
         if obj is not None:
-            return ExitInfo(turns=_turns(obj.get("turns")), tokens=_tokens(obj.get("tokens")))
+            reason = obj.get("exitReason")
+            return ExitInfo(
+                turns=_turns(obj.get("turns")),
+                tokens=_tokens(obj.get("tokens")),
+                exit_reason=reason if isinstance(reason, str) and reason in RUNNER_POLICY_REASONS else None,
+            )
     return None

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import errno
 import os
+import stat
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import msgspec
 
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, RunRecord, record_target, sanitize_job_id
+from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
 
 _encoder = msgspec.json.Encoder()
@@ -120,3 +123,120 @@ def _read(path: Path) -> RunRecord | None:
 async def read_record(logs_dir: str, job_id: str) -> RunRecord | None:
     """The job's last record, or None when there is none or it does not decode."""
     return await asyncio.to_thread(_read, record_path(logs_dir, job_id))
+
+
+# ---- retention (spec worker §4.3) ------------------------------------------------------------------
+
+SWEPT_SUFFIXES = (".json", ".log")
+DAY_S = 86_400
+HOUR_S = 3_600
+
+
+def _sweep(logs_dir: str, cutoff_s: float) -> tuple[int, list[str]]:
+    """Remove old records and raw logs; returns (removed, errno names of the files it had to skip).
+
+    lstat only, no recursion: a symlink or folder named ``*.json`` is left alone, so the sweep can never
+    reach outside ``PI_LOGS_DIR``.
+    """
+    removed, skipped = 0, []
+    try:
+        entries = os.scandir(logs_dir)
+    except FileNotFoundError:
+        return 0, []
+    except OSError as exc:
+        return 0, [_failure_reason(exc)]
+    with entries:
+        for entry in entries:
+            if not entry.name.endswith(SWEPT_SUFFIXES):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff_s:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                continue  # gone meanwhile (another sweeper, a rewrite): nothing to do
+            except OSError as exc:
+                skipped.append(_failure_reason(exc))
+    return removed, skipped
+
+
+async def sweep_logs(logs_dir: str, retention_days: int, now_ms: int) -> int:
+    """Delete ``*.json``/``*.log`` regular files in ``logs_dir`` whose mtime is older than the window.
+
+    0 days keeps everything. Never raises: retention is housekeeping and must not stop a worker.
+    """
+    if retention_days <= 0:
+        return 0
+    log = get_logger()
+    try:
+        removed, skipped = await asyncio.to_thread(_sweep, logs_dir, now_ms / 1000 - retention_days * DAY_S)
+    except Exception as exc:
+        log.warning("log_reaper_skipped", reason=_failure_reason(exc))
+        return 0
+    for reason in skipped:
+        log.warning("log_reaper_skipped", reason=reason)  # errno name only: the error text has the path
+    if removed:
+        log.info("logs_swept", removed=removed)
+    return removed
+
+
+async def run_log_sweeper(settings: Settings, stop: asyncio.Event, clock: Callable[[], int]) -> None:
+    """Sweep at once, then every ``PI_SWEEP_INTERVAL_HOURS`` (0 = at boot only) until ``stop``."""
+    interval_s = settings.sweep_interval_hours * HOUR_S
+    while not stop.is_set():
+        await sweep_logs(settings.logs_dir, settings.log_retention_days, clock())
+        if interval_s <= 0 or settings.log_retention_days <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+
+
+# ---- reading (``pi-dispatch runs``) ----------------------------------------------------------------
+
+
+def _read_nofollow(path: str) -> RunRecord | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            return _decoder.decode(f.read())
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _newest(logs_dir: str, limit: int) -> list[RunRecord]:
+    try:
+        entries = os.scandir(logs_dir)
+    except OSError:
+        return []
+    candidates: list[tuple[int, str]] = []
+    with entries:
+        for entry in entries:
+            # Dot files are never records (write_record's half-written temp files start with a dot).
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                candidates.append((st.st_mtime_ns, entry.path))
+    candidates.sort(reverse=True)
+    # mtime approximates endedAt; decoding twice the limit absorbs the difference (a record rewritten
+    # late, a clock step) without reading thousands of files. Undecodable ones do not count.
+    wanted, records = limit * 2, []
+    for _, path in candidates:
+        record = _read_nofollow(path)
+        if record is not None:
+            records.append(record)
+            if len(records) >= wanted:
+                break
+    records.sort(key=lambda r: r.ended_at, reverse=True)
+    return records[:limit]
+
+
+async def list_runs(logs_dir: str, *, limit: int = 20) -> list[RunRecord]:
+    """This host's newest run records, newest ``endedAt`` first; files that do not decode are skipped."""
+    if limit <= 0:
+        return []
+    return await asyncio.to_thread(_newest, logs_dir, limit)

@@ -9,6 +9,11 @@ reserved for the attempt is given back (only ``container-never-started`` and fau
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pidispatch.worker.exitline import ExitInfo
+    from pidispatch.worker.runner import RunResult
 
 
 @dataclass(frozen=True)
@@ -24,3 +29,15 @@ class InfraFault(Exception):
         super().__init__(reason)
         self.reason = reason
         self.refund = refund
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended, as its record will say; ``retry`` marks a failed attempt that may run again."""
+
+    outcome: str
+    reason: str | None
+    result: RunResult | None = None
+    exit_info: ExitInfo | None = None
+    budget_reserved: bool = False
+    retry: bool = False

@@ -266,8 +266,10 @@ async def run_container(
             await force_remove(container)
         raise _unavailable(exc) from None
     except asyncio.CancelledError:
-        # A hard cancel (shutdown past its budget) must not leave the container running unsupervised.
-        await asyncio.shield(force_remove(container))
+        # A shutdown past its grace leaves a started container running for the next start to re-attach
+        # (it carries this host's labels); one that never started is removed, as nothing was spent.
+        if not started:
+            await asyncio.shield(force_remove(container))
         raise
     finally:
         await _close(stream, waiter)

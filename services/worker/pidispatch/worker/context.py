@@ -1,0 +1,60 @@
+"""What every job of one worker shares (its resources, passed in once) and what the worker holds per job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import aiodocker
+from redis.exceptions import RedisError
+
+from pidispatch.common.health import Health
+from pidispatch.common.keys import JOB_STATE_TTL_S, Keys
+from pidispatch.common.models import Fields
+from pidispatch.common.redis import Redis
+from pidispatch.common.settings import Settings
+from pidispatch.worker.runner import Abort
+
+Clock = Callable[[], int]
+
+
+@dataclass
+class Context:
+    settings: Settings
+    redis: Redis
+    keys: Keys
+    docker: aiodocker.Docker
+    clock: Clock
+    env: Mapping[str, str]  # the worker's environment: provider keys, PI_FORWARD_ENV values, resolvers
+    redis_health: Health
+    busy_folders: set[str] = field(default_factory=set)
+
+    @property
+    def host(self) -> str:
+        return self.settings.worker_name
+
+
+@dataclass
+class Held:
+    """One stream entry this worker holds. ``origin``: new (read now), own (this host's pending entry
+    from before a restart or a hold), peer (taken over from a dead host)."""
+
+    stream: str
+    entry_id: str
+    fields: Fields
+    origin: str
+    abort: Abort = field(default_factory=Abort)
+    job_id: str | None = None
+
+
+async def set_state(ctx: Context, job_id: str, **fields: str) -> None:
+    """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run."""
+    key = ctx.keys.job(job_id)
+    try:
+        async with ctx.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=fields)
+            pipe.expire(key, JOB_STATE_TTL_S)
+            await pipe.execute()
+        ctx.redis_health.ok()
+    except RedisError as exc:
+        ctx.redis_health.failed(reason=type(exc).__name__)

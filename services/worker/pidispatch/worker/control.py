@@ -1,0 +1,369 @@
+"""Operator verbs that need only Redis: ``pi-dispatch cancel <jobId>`` and ``pi-dispatch status``.
+
+They read nothing but REDIS_URL and PD_KEY_PREFIX, so they work while forge credentials or other settings
+are broken, and they fail fast (exit 1, naming REDIS_URL) when Redis does not answer.
+
+Cancel removes a job that has not started (waiting in ``pd:delayed``, or queued and not yet delivered to
+any worker) with one atomic step each, so it never races a worker into a half-run; a job a worker holds
+gets a request the worker acknowledges (spec worker §5.4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from pidispatch.common.delayed import find_delayed, remove_delayed
+from pidispatch.common.errors import InfraError
+from pidispatch.common.keys import (
+    CANCEL_POLL_S,
+    CANCEL_REQUEST_TTL_MS,
+    CANCEL_WAIT_S,
+    JOB_STATE_TTL_S,
+    WORKER_GROUP,
+    Keys,
+)
+from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.settings import Settings, load_settings
+
+JOB_ID_MAX = 200
+# States after which there is nothing left to cancel ("cancelled" is written by this module).
+ENDED_STATES = frozenset({"completed", "policy", "failed", "cancelled"})
+CANCEL_REASON = "operator-cancel"
+# Entries a stream script reads per XRANGE/XPENDING call; the scan stays inside Redis either way.
+SCAN_PAGE = 500
+_SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", "PD_KEY_PREFIX")
+
+# Shared Lua: a field of an XRANGE row, and the group's last-delivered id (nil when there is no group).
+_LUA_HELPERS = """
+local function field(row, name)
+  local f = row[2]
+  for i = 1, #f, 2 do
+    if f[i] == name then return f[i + 1] end
+  end
+  return nil
+end
+local function last_delivered(stream, group)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local name, last
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then return last end
+  end
+  return nil
+end
+"""
+
+# Find a job in one stream and, only if no worker was ever handed it, delete it — atomically, so a worker
+# reading the stream at the same moment either got it first ('delivered') or never sees it.
+# KEYS: job stream, job state hash. ARGV: group, job id, state ttl s, page size.
+# Returns {'removed', entry, attempt} | {'delivered', entry, consumer} | {'done', entry} | {'absent'}.
+_FIND_AND_REMOVE = _LUA_HELPERS + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent'} end
+local page = tonumber(ARGV[4])
+local last = last_delivered(KEYS[1], ARGV[1])
+-- Entries after the group's last-delivered id have never been handed to any worker.
+local cursor = '(' .. (last or '0-0')
+while true do
+  local rows = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', page)
+  for _, row in ipairs(rows) do
+    if field(row, 'id') == ARGV[2] then
+      redis.call('XDEL', KEYS[1], row[1])
+      redis.call('HSET', KEYS[2], 'state', 'cancelled', 'reason', 'operator-cancel')
+      redis.call('EXPIRE', KEYS[2], ARGV[3])
+      return {'removed', row[1], field(row, 'attempt') or '1'}
+    end
+  end
+  if #rows < page then break end
+  cursor = '(' .. rows[#rows][1]
+end
+if not last then return {'absent'} end
+cursor = '-'
+while true do
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], cursor, '+', page)
+  for _, p in ipairs(pending) do
+    local rows = redis.call('XRANGE', KEYS[1], p[1], p[1])
+    if #rows == 1 and field(rows[1], 'id') == ARGV[2] then return {'delivered', p[1], p[2]} end
+  end
+  if #pending < page then break end
+  cursor = '(' .. pending[#pending][1]
+end
+cursor = '-'
+while true do
+  local rows = redis.call('XRANGE', KEYS[1], cursor, last, 'COUNT', page)
+  for _, row in ipairs(rows) do
+    if field(row, 'id') == ARGV[2] then return {'done', row[1]} end
+  end
+  if #rows < page then break end
+  cursor = '(' .. rows[#rows][1]
+end
+return {'absent'}
+"""
+
+# Count one stream's undelivered entries and pending entries server-side (no entry body leaves Redis).
+# KEYS: job stream. ARGV: group, page size. Returns {queued, running}.
+_COUNT = _LUA_HELPERS + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local last = last_delivered(KEYS[1], ARGV[1])
+if not last then return {redis.call('XLEN', KEYS[1]), 0} end
+local page, queued, cursor = tonumber(ARGV[2]), 0, '(' .. last
+while true do
+  local rows = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', page)
+  queued = queued + #rows
+  if #rows < page then break end
+  cursor = '(' .. rows[#rows][1]
+end
+return {queued, redis.call('XPENDING', KEYS[1], ARGV[1])[1]}
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    c = sub.add_parser("cancel", help="cancel a job: remove it if it has not started, else stop its run")
+    c.add_argument("job_id", metavar="jobId")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.add_argument(
+        "--wait", type=float, default=CANCEL_WAIT_S, metavar="SECONDS",
+        help="how long to wait for a running job's worker to acknowledge (default %(default)s)",
+    )  # fmt: skip
+    c.set_defaults(func=cancel_command)
+    s = sub.add_parser("status", help="fleet pause state and job counts (queued, running, delayed, dead)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=status_command)
+
+
+def valid_job_id(job_id: str) -> bool:
+    """A job id is a Redis key suffix: 1-200 printable characters without whitespace."""
+    return 0 < len(job_id) <= JOB_ID_MAX and job_id.isprintable() and not any(c.isspace() for c in job_id)
+
+
+def redis_settings() -> Settings:
+    """Settings from REDIS_URL/VALKEY_URL/PD_KEY_PREFIX only: a bad unrelated variable must not stop an
+    operator from cancelling or looking."""
+    return load_settings({k: os.environ[k] for k in _SETTINGS_VARS if k in os.environ})
+
+
+@contextlib.asynccontextmanager
+async def _connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
+    redis = create_redis(settings.redis_url)
+    try:
+        yield redis
+    except (RedisError, OSError) as exc:
+        raise InfraError(f"Redis at REDIS_URL did not answer ({type(exc).__name__}); {on_failure}") from None
+    finally:
+        await redis.aclose()
+
+
+def _s(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def job_streams(redis: Redis, keys: Keys) -> list[str]:
+    """The shared stream, every registered host's stream, and any other job stream in the keyspace."""
+    names = {keys.jobs}
+    names.update(keys.host_jobs(_s(h) or "") for h in await redis.smembers(keys.hosts))
+    async for name in redis.scan_iter(match=f"{keys.prefix}:jobs:*", _type="stream", count=500):
+        names.add(_s(name) or "")
+    return [keys.jobs, *sorted(names - {keys.jobs})]
+
+
+# ---- cancel ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    job: str
+    cancelled: bool
+    message: str
+    where: str | None = None  # "delayed" | "queued" | "running"
+    attempt: int | None = None
+    host: str | None = None
+    state: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job, "cancelled": self.cancelled, "where": self.where, "attempt": self.attempt,
+            "host": self.host, "state": self.state, "message": self.message,
+        }  # fmt: skip
+
+
+def _removed_message(job_id: str, where: str, attempt: int) -> str:
+    """``attempt`` is the attempt that would have run next; earlier ones left their records."""
+    if attempt > 1:
+        again = "waiting to run again" if where == "delayed" else "queued to run again"
+        return f"cancelled {job_id}: it was {again} (attempt {attempt - 1} already ran; its record stays)"
+    if where == "delayed":
+        return f"cancelled {job_id}: it was waiting, it never ran; no record was written"
+    return f"cancelled {job_id}: it was queued and never ran; no record was written"
+
+
+async def _find_in_streams(redis: Redis, keys: Keys, job_id: str) -> list[str] | None:
+    """The first stream verdict that is not 'absent': removed wins at once, delivered beats done."""
+    script = redis.register_script(_FIND_AND_REMOVE)
+    best: list[str] | None = None
+    for stream in await job_streams(redis, keys):
+        args = [WORKER_GROUP, job_id, JOB_STATE_TTL_S, SCAN_PAGE]
+        raw = await script(keys=[stream, keys.job(job_id)], args=args)
+        verdict = [_s(v) or "" for v in raw]
+        if verdict[0] == "removed":
+            return verdict
+        if verdict[0] == "delivered" or (verdict[0] == "done" and best is None):
+            best = verdict
+    return best
+
+
+async def cancel_job(
+    redis: Redis, keys: Keys, job_id: str, *, wait_s: float = CANCEL_WAIT_S, poll_s: float = CANCEL_POLL_S
+) -> CancelResult:
+    """Cancel wherever the job is: waiting, queued, or held by a worker (then ask it and wait)."""
+    # Two rounds: a job can move between pd:delayed and a stream while we look (promoted, or retried).
+    for _ in range(2):
+        envelope = await find_delayed(redis, keys, job_id)
+        if envelope and await remove_delayed(redis, keys, envelope.member, state="cancelled"):
+            message = _removed_message(job_id, "delayed", envelope.attempt)
+            return CancelResult(job_id, True, message, "delayed", envelope.attempt, state="cancelled")
+        verdict = await _find_in_streams(redis, keys, job_id)
+        if verdict and verdict[0] == "removed":
+            attempt = int(verdict[2]) if verdict[2].isdigit() else 1
+            message = _removed_message(job_id, "queued", attempt)
+            return CancelResult(job_id, True, message, "queued", attempt, state="cancelled")
+        if verdict and verdict[0] == "delivered":
+            return await _cancel_running(redis, keys, job_id, verdict[2], wait_s, poll_s)
+    return await _nothing_to_cancel(redis, keys, job_id)
+
+
+async def _cancel_running(
+    redis: Redis, keys: Keys, job_id: str, host: str, wait_s: float, poll_s: float
+) -> CancelResult:
+    """Ask the worker holding the job to stop it; only its acknowledgement counts as success."""
+    earlier = _s(await redis.get(keys.cancel_ack(job_id)))
+    if earlier:
+        message = f"nothing to cancel: a cancel of {job_id} was already accepted by {earlier}"
+        return CancelResult(job_id, False, message, "running", host=earlier)
+    await redis.set(keys.cancel(job_id), CANCEL_REASON, px=CANCEL_REQUEST_TTL_MS)
+    for poll in range(max(1, math.ceil(wait_s / poll_s)) + 1):
+        if poll:
+            await asyncio.sleep(poll_s)
+        acked_by = _s(await redis.get(keys.cancel_ack(job_id)))
+        if acked_by:
+            message = f"cancel accepted by {acked_by}; the run record will say {CANCEL_REASON}"
+            return CancelResult(job_id, True, message, "running", host=acked_by)
+    # The worker deletes the request when it acts on it: a request already gone was taken, not ignored.
+    taken = await redis.delete(keys.cancel(job_id)) == 0
+    acked_by = _s(await redis.get(keys.cancel_ack(job_id)))
+    if acked_by:
+        message = f"cancel accepted by {acked_by}; the run record will say {CANCEL_REASON}"
+        return CancelResult(job_id, True, message, "running", host=acked_by)
+    state = _s(await redis.hget(keys.job(job_id), "state"))
+    if taken:
+        message = (
+            f"worker {host} took the cancel request for {job_id} but did not confirm within {wait_s:g}s; "
+            "its run record will tell whether it stopped"
+        )
+    elif state in ENDED_STATES:
+        message = f"cancel not confirmed: {job_id} finished meanwhile ({state}); nothing was changed"
+    elif state == "delayed":
+        message = (
+            f"cancel not confirmed: {job_id} went back to wait for a retry meanwhile; nothing was changed "
+            f"(run pi-dispatch cancel {job_id} again)"
+        )
+    elif not await redis.exists(keys.host(host)):
+        message = (
+            f"no worker acknowledged: {job_id} is held by {host}, which has no live registry row; "
+            "nothing was changed"
+        )
+    else:
+        message = (
+            f"no worker acknowledged the cancel of {job_id} within {wait_s:g}s (held by {host}); "
+            "nothing was changed"
+        )
+    return CancelResult(job_id, False, message, "running", host=host, state=state)
+
+
+async def _nothing_to_cancel(redis: Redis, keys: Keys, job_id: str) -> CancelResult:
+    state = _s(await redis.hget(keys.job(job_id), "state"))
+    if state in ENDED_STATES:
+        message = f"nothing to cancel: {job_id} already ended ({state})"
+        return CancelResult(job_id, False, message, state=state)
+    return CancelResult(job_id, False, f"no job {job_id} is queued, waiting or running", state=state)
+
+
+async def cancel_command(args: argparse.Namespace) -> int:
+    job_id: str = args.job_id
+    if not valid_job_id(job_id):
+        # A usage error (spec worker §7: exit 1), refused before Redis is contacted.
+        print(f"pi-dispatch: cancel: {job_id!r} is not a job id (1-{JOB_ID_MAX} printable, no spaces)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if not 0 < args.wait <= 3600:
+        print("pi-dispatch: cancel: --wait must be between 0 and 3600 seconds", file=sys.stderr)
+        return 1
+    settings = redis_settings()
+    on_failure = f"the cancel may not have happened; run pi-dispatch cancel {job_id} again once it answers"
+    async with _connected(settings, on_failure) as redis:
+        result = await cancel_job(redis, Keys(settings.key_prefix), job_id, wait_s=args.wait)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(result.message, file=sys.stdout if result.cancelled else sys.stderr)
+    return 0 if result.cancelled else 1
+
+
+# ---- status ---------------------------------------------------------------------------------------
+
+
+async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
+    """Pause flags and job counts summed over every job stream."""
+    count = redis.register_script(_COUNT)
+    queued = running = 0
+    for stream in await job_streams(redis, keys):
+        q, r = await count(keys=[stream], args=[WORKER_GROUP, SCAN_PAGE])
+        queued, running = queued + int(q), running + int(r)
+    paused_prefix = keys.paused_host("")
+    paused_hosts = sorted(
+        [(_s(k) or "")[len(paused_prefix) :] async for k in redis.scan_iter(match=f"{paused_prefix}*")]
+    )
+    members = sorted(_s(m) or "" for m in await redis.smembers(keys.hosts))
+    async with redis.pipeline(transaction=False) as pipe:
+        for m in members:
+            pipe.exists(keys.host(m))
+        pipe.exists(keys.paused)
+        pipe.zcard(keys.delayed)
+        pipe.xlen(keys.dead)
+        *alive, paused, n_delayed, n_dead = await pipe.execute()
+    live = [m for m, a in zip(members, alive, strict=True) if a]
+    return {
+        "paused": bool(paused), "pausedHosts": paused_hosts, "queued": queued, "running": running,
+        "delayed": int(n_delayed), "dead": int(n_dead), "hosts": live,
+    }  # fmt: skip
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """A few aligned lines for people."""
+    paused = "yes, every worker" if status["paused"] else "no"
+    if status["pausedHosts"]:
+        paused += f" (paused hosts: {', '.join(status['pausedHosts'])})"
+    rows = [
+        ("paused", paused),
+        *((name, str(status[name])) for name in ("queued", "running", "delayed", "dead")),
+        ("hosts", ", ".join(status["hosts"]) or "none alive"),
+    ]
+    return "\n".join(f"{name:<8} {value}" for name, value in rows)
+
+
+async def status_command(args: argparse.Namespace) -> int:
+    settings = redis_settings()
+    async with _connected(settings, "no status to show") as redis:
+        status = await fleet_status(redis, Keys(settings.key_prefix))
+    print(json.dumps(status) if args.json else format_status(status))
+    return 0

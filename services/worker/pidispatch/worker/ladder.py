@@ -1,0 +1,148 @@
+"""The pre-spend ladder (spec worker §1.3): every check that costs nothing runs before anything that
+costs something, in the spec's order, and the container runs last.
+
+Rows that apply in this build: image preflight and its labels (5, 6), secrets (12), the local folder and
+the job folder (15), the daily token cap (16), the budget reservation (18), the container (19), its
+classification (20). Forge token minting and branch protection (13, 14) slot in before the job folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.exceptions import RedisError
+
+from pidispatch.common.errors import ConfigError
+from pidispatch.common.faults import crash_point
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import Job
+from pidispatch.worker import budget
+from pidispatch.worker.container import SpecRefused, build_spec, container_name, resolve_image
+from pidispatch.worker.context import Context, Held, set_state
+from pidispatch.worker.environment import container_env
+from pidispatch.worker.exitline import parse_exit_line
+from pidispatch.worker.local import inspect_folder, local_user
+from pidispatch.worker.outcome import Outcome, Refusal
+from pidispatch.worker.preflight import image_refusal, inspect_image
+from pidispatch.worker.runner import DockerUnavailable, RunResult, classify, run_container
+from pidispatch.worker.secrets import resolve_secrets
+from pidispatch.worker.workspace import prepare_workspace, remove_workspace
+
+NEVER_STARTED = "container-never-started"
+
+
+class Spend:
+    """What this attempt has committed: a budget reservation, a started container."""
+
+    def __init__(self) -> None:
+        self.reservation: budget.Reservation | None = None
+        self.started = False
+        self.refunded = False
+
+    @property
+    def reserved(self) -> bool:
+        return self.reservation is not None and not self.refunded
+
+    async def refund(self) -> None:
+        """Give the reserved slot back; never raises (a failed refund leaves ``budgetReserved`` true)."""
+        if self.reservation is None or self.refunded:
+            return
+        try:
+            await self.reservation.release()
+            self.refunded = True
+        except RedisError as exc:
+            get_logger().warning("budget_refund_failed", error=type(exc).__name__)
+
+
+def refuse(job: Job, reason: str, *, budget_reserved: bool = False) -> Outcome:
+    get_logger().info("job_refused", job=job.id, reason=reason)
+    return Outcome("policy", reason, budget_reserved=budget_reserved)
+
+
+def settle_result(result: RunResult, *, budget_reserved: bool) -> Outcome:
+    """Pure: how a container's end is recorded (spec worker §1.6); telemetry never moves the class."""
+    info = parse_exit_line(result.tail)
+    outcome, reason = classify(result)
+    if outcome == "policy" and reason == "runner-policy" and info is not None and info.exit_reason:
+        reason = info.exit_reason
+    return Outcome(outcome, reason, result, info, budget_reserved=budget_reserved, retry=outcome == "failed")
+
+
+async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcome:
+    """One attempt. Refusals return; ``InfraFault`` and ``DockerUnavailable``/``RedisError`` propagate."""
+    s = ctx.settings
+    try:
+        image = resolve_image(job, s)
+    except ValueError:
+        return refuse(job, "config-refused")
+    refusal = image_refusal(await inspect_image(ctx.docker, image), job, s)
+    if refusal is not None:
+        return refuse(job, refusal.reason)
+    secrets = await resolve_secrets(job, s, env=ctx.env, abort=held.abort)
+    if isinstance(secrets, Refusal):
+        return refuse(job, secrets.reason)
+    user, workspace, sha = s.job_user, None, None
+    if job.kind == "local":
+        folder = await inspect_folder(job.folder or "")
+        if isinstance(folder, Refusal):
+            return refuse(job, folder.reason)
+        user, workspace, sha = local_user(folder), job.folder, folder.sha
+    job_dir = await prepare_workspace(job, s, sha=sha)
+    try:
+        return await _spend(ctx, held, job, spend, job_dir=job_dir, user=user, workspace=workspace,
+                            secrets=secrets)
+    finally:
+        # A container left running at shutdown still mounts its folder: the re-attach removes it.
+        if not (spend.started and _cancelling()):
+            await remove_workspace(job_dir, s.jobs_dir)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _spend(
+    ctx: Context, held: Held, job: Job, spend: Spend, *, job_dir: str, user: str, workspace: str | None,
+    secrets: dict[str, str],
+) -> Outcome:
+    s = ctx.settings
+    capped = await budget.token_cap_refusal(ctx.redis, ctx.keys, s, ctx.clock())
+    if capped is not None:
+        return refuse(job, capped.reason)
+    reserved = await budget.reserve(ctx.redis, ctx.keys, s, ctx.clock())
+    if isinstance(reserved, Refusal):
+        # A refused reservation is not given back (spec §5.7): the record says the slot stays counted.
+        return refuse(job, reserved.reason, budget_reserved=reserved.budget_reserved)
+    spend.reservation = reserved
+    name = container_name(job.id)
+    try:
+        env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets)
+        spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace)
+    except (SpecRefused, ConfigError, ValueError):
+        # The config classifier (spec §1.3): nothing ran, so the reservation goes back.
+        await spend.refund()
+        return refuse(job, "config-refused")
+
+    async def started(container_id: str) -> None:
+        spend.started = True
+        get_logger().info("job_started", job=job.id, container=container_id[:12])
+        await set_state(ctx, job.id, state="running", container=container_id)
+
+    crash_point("worker_before_launch")
+    await set_state(ctx, job.id, state="launching")
+    try:
+        result = await run_container(
+            ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started
+        )
+    except (DockerUnavailable, asyncio.CancelledError):
+        if not spend.started:
+            # Nothing started (a created one is removed by the next find_started): the next try runs it.
+            await asyncio.shield(set_state(ctx, job.id, state="starting"))
+        raise
+    if not spend.started or (result.exit_code in (125, 126, 127) and not result.aborted):
+        await spend.refund()  # aborted before the start, or the runtime never started the runner
+    done = settle_result(result, budget_reserved=spend.reserved)
+    if done.exit_info is not None and done.exit_info.tokens:
+        await budget.record_token_spend(ctx.redis, ctx.keys, s, ctx.clock(), done.exit_info.tokens["total"])
+    return done

@@ -1,0 +1,267 @@
+"""One job from pickup to its record: settle what an earlier delivery left, then one attempt.
+
+Delivery guarantee (DESIGN.md §4): an entry is acked only after its run record is written, or moved to
+``pd:delayed`` (retry, defer) in the same server-side step that acks it. A job whose container may have
+started is never started again: a restart re-attaches to it, a peer records it ``worker-lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+from redis.exceptions import RedisError
+
+from pidispatch.common import delayed
+from pidispatch.common.health import Backoff
+from pidispatch.common.keys import DEFER_MS, JOB_STATE_TTL_S, WORKER_GROUP
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to_fields
+from pidispatch.common.streams import delivery_count, send_to_dead
+from pidispatch.worker.context import Context, Held, set_state
+from pidispatch.worker.history import build_record, read_record, write_record
+from pidispatch.worker.ladder import Spend, run_ladder, settle_result
+from pidispatch.worker.outcome import InfraFault, Outcome
+from pidispatch.worker.runner import (
+    ContainerGone,
+    DockerUnavailable,
+    find_started,
+    reattach_container,
+)
+from pidispatch.worker.workspace import remove_workspace
+
+TERMINAL_STATES = frozenset({"completed", "policy", "failed"})
+# Failed outcomes that are final: the container may have spent (worker-lost) or the fault is ours (a bug).
+NOT_RETRIED = frozenset({"worker-lost", "internal-error"})
+
+
+class Hold(Exception):
+    """Docker or Redis is unreachable: leave the entry pending (no attempt used) and retry later."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+
+
+async def process(ctx: Context, held: Held) -> None:
+    """Run one held entry to an ack or a hold. Raises ``Hold`` to leave it pending."""
+    try:
+        job, attempt = job_from_fields(held.fields)
+    except ValueError:
+        await _dead(ctx, held, "malformed-job")
+        return
+    held.job_id = job.id
+    try:
+        if held.origin != "new" and await _settle_earlier(ctx, held, job, attempt):
+            return
+        await _attempt(ctx, held, job, attempt)
+    except (DockerUnavailable, RedisError) as exc:
+        raise Hold(exc) from None
+
+
+# ---- what an earlier delivery left ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prior:
+    outcome: str | None  # set when this attempt already has a record
+    reason: str | None
+    launched: bool  # a container may have started for this attempt
+    started_ms: int | None
+    final: bool = False  # the state hash says terminal: only the ack can be missing
+
+
+async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
+    state = decode_fields(await ctx.redis.hgetall(ctx.keys.job(job.id)))
+    if state.get("attempt") != str(attempt):
+        state = {}
+    started = state.get("startedAt", "")
+    launched = state.get("state") in ("launching", "running") or bool(state.get("container"))
+    started_ms = int(started) if started.isdigit() else None
+    if state.get("state") in TERMINAL_STATES:
+        return Prior(state["state"], state.get("reason") or None, launched, started_ms, final=True)
+    record = await read_record(ctx.settings.logs_dir, job.id)
+    if record is not None and record.attempt == attempt:
+        return Prior(record.outcome, record.reason, launched, started_ms)
+    return Prior(None, None, launched, started_ms)
+
+
+async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> bool:
+    """True when the entry is fully handled by what an earlier delivery of it did or left."""
+    prior = await _prior(ctx, job, attempt)
+    log = get_logger()
+    if prior.outcome is not None:
+        # Recorded, but the ack (or the move to delayed) was lost: finish that step, never run again.
+        log.info("job_already_recorded", job=job.id)
+        await _after_record(ctx, held, job, attempt, prior.outcome, prior.reason, retry=not prior.final)
+        return True
+    started_ms = prior.started_ms or ctx.clock()
+    if held.origin == "peer":
+        if not prior.launched:
+            return False  # it never started a container on the dead host: run it here
+        log.warning("job_lost_with_its_host", job=job.id)
+        await _conclude(ctx, held, job, attempt, started_ms, Outcome("failed", "worker-lost"))
+        return True
+    leftover = await find_started(ctx.docker, job.id, ctx.host)
+    if leftover is not None:
+        done = await _reattach(ctx, held, job, leftover.container_id, leftover.job_dir)
+        await _conclude(ctx, held, job, attempt, started_ms, done)
+        return True
+    if prior.launched:
+        # It started a container that is gone with its exit code: never pay for it twice.
+        await _conclude(ctx, held, job, attempt, started_ms, Outcome("failed", "worker-lost"))
+        return True
+    return False
+
+
+async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_dir: str | None) -> Outcome:
+    get_logger().info("job_reattached", job=job.id, container=container_id[:12])
+    await set_state(ctx, job.id, state="running", container=container_id)
+    try:
+        result = await reattach_container(
+            ctx.docker, container_id, timeout_s=ctx.settings.job_timeout_s, abort=held.abort
+        )
+    except ContainerGone:
+        return Outcome("failed", "worker-lost", budget_reserved=True)
+    if job_dir:
+        await remove_workspace(job_dir, ctx.settings.jobs_dir)
+    return settle_result(result, budget_reserved=True)
+
+
+# ---- one attempt ------------------------------------------------------------------------------------
+
+
+async def _attempt(ctx: Context, held: Held, job: Job, attempt: int) -> None:
+    folder = job.folder if job.kind == "local" else None
+    if folder is not None and folder in ctx.busy_folders:
+        await _defer(ctx, held, job, attempt)  # one local job per folder at a time
+        return
+    if folder is not None:
+        ctx.busy_folders.add(folder)
+    started_ms = ctx.clock()
+    try:
+        await set_state(
+            ctx, job.id, state="starting", host=ctx.host, consumer=ctx.host, attempt=str(attempt),
+            startedAt=str(started_ms), container="", reason="", endedAt="", stream=held.stream,
+        )
+        done = await _run(ctx, held, job)
+    finally:
+        if folder is not None:
+            ctx.busy_folders.discard(folder)
+    await _conclude(ctx, held, job, attempt, started_ms, done)
+
+
+async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
+    """The ladder and the container; an infrastructure fault becomes a retried ``failed`` attempt."""
+    spend = Spend()
+    try:
+        return await run_ladder(ctx, held, job, spend)
+    except InfraFault as fault:
+        if fault.refund:
+            await spend.refund()
+        get_logger().warning("job_attempt_failed", job=job.id, reason=fault.reason)
+        return Outcome("failed", fault.reason, budget_reserved=spend.reserved, retry=True)
+    except (DockerUnavailable, RedisError):
+        if not spend.launched:
+            await spend.refund()
+        raise
+    except asyncio.CancelledError:
+        if not spend.launched:
+            await asyncio.shield(spend.refund())
+        raise
+    except OSError as exc:
+        # The job folder could not be made (disk full, permissions): nothing ran, try again later.
+        await spend.refund()
+        get_logger().warning(
+            "job_attempt_failed", job=job.id, reason="workspace-fault", error=type(exc).__name__
+        )
+        return Outcome("failed", "workspace-fault", retry=True)
+    except Exception as exc:
+        # A bug: recorded once, never retried (spec worker §1.2 "any other exception").
+        get_logger().error("job_crashed", job=job.id, error=type(exc).__name__)
+        if not spend.launched:
+            await spend.refund()
+        return Outcome("failed", "internal-error", budget_reserved=spend.reserved)
+
+
+# ---- after the attempt ------------------------------------------------------------------------------
+
+
+async def _conclude(
+    ctx: Context, held: Held, job: Job, attempt: int, started_ms: int, done: Outcome
+) -> None:
+    """Record, then retry later or mark terminal, then ack: the ack only after the record is written."""
+    result = done.result
+    record = build_record(
+        job, attempt=attempt, outcome=done.outcome, reason=done.reason,
+        exit_code=result.exit_code if result else None, exit_info=done.exit_info,
+        started_at_ms=started_ms, ended_at_ms=ctx.clock(), host=ctx.host,
+    )
+    record = msgspec.structs.replace(
+        record, budget_reserved=done.budget_reserved,
+        provider=(job.provider or ctx.settings.provider) if result else None,
+        model=(job.model or ctx.settings.model) if result else None,
+    )
+    await write_record(ctx.settings.logs_dir, record)
+    await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry)
+
+
+async def _after_record(
+    ctx: Context, held: Held, job: Job, attempt: int, outcome: str, reason: str | None, *, retry: bool
+) -> None:
+    log = get_logger()
+    if retry and outcome == "failed" and reason not in NOT_RETRIED and attempt < ctx.settings.retry_attempts:
+        delay_ms = ctx.settings.retry_base_ms * 2 ** (attempt - 1)
+        await _until_done(ctx, lambda: delayed.schedule(
+            ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
+            stream=held.stream, fields=job_to_fields(job, attempt + 1), job_id=job.id,
+            attempt=attempt + 1, delay_ms=delay_ms,
+        ))
+        log.info("job_retry_scheduled", job=job.id, attempt=attempt, reason=reason, delay_ms=delay_ms)
+        return
+    terminal = {"state": outcome, "reason": reason or "", "endedAt": str(ctx.clock())}
+    await _until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))
+    log.info("job_finished", job=job.id, outcome=outcome, reason=reason, attempt=attempt)
+
+
+async def _mark_terminal_and_ack(ctx: Context, held: Held, job_id: str, fields: dict[str, str]) -> None:
+    async with ctx.redis.pipeline(transaction=True) as pipe:
+        pipe.hset(ctx.keys.job(job_id), mapping=fields)
+        pipe.expire(ctx.keys.job(job_id), JOB_STATE_TTL_S)
+        pipe.xack(held.stream, WORKER_GROUP, held.entry_id)
+        await pipe.execute()
+
+
+async def _defer(ctx: Context, held: Held, job: Job, attempt: int) -> None:
+    """Back to ``pd:delayed`` for a few seconds without using an attempt (its folder is busy here)."""
+    get_logger().info("job_deferred", job=job.id, why="folder-busy")
+    await _until_done(ctx, lambda: delayed.schedule(
+        ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
+        stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=DEFER_MS,
+    ))
+
+
+async def _until_done(ctx: Context, step: Callable[[], object]) -> None:
+    """A step that must happen once the record exists: retried through a Redis outage."""
+    backoff = Backoff()
+    while True:
+        try:
+            await step()  # type: ignore[misc]
+            ctx.redis_health.ok()
+            return
+        except RedisError as exc:
+            ctx.redis_health.failed(reason=type(exc).__name__)
+        await asyncio.sleep(backoff.next())
+
+
+async def _dead(ctx: Context, held: Held, reason: str) -> None:
+    get_logger().warning("job_malformed", entry=held.entry_id, reason=reason)
+    with contextlib.suppress(RedisError):
+        deliveries = await delivery_count(ctx.redis, held.stream, WORKER_GROUP, held.entry_id)
+        await send_to_dead(
+            ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
+            reason=reason, deliveries=deliveries, fields=held.fields,
+        )

@@ -1,0 +1,396 @@
+"""Local jobs: ``pi-dispatch run <folder>`` queues a job on an operator's git folder, and the worker checks
+that folder before anything is spent (spec worker §1.0, §1.4 "Local folder", §7 ``run``).
+
+The folder itself is the job's writable ``/workspace`` and the container runs as the folder's owner, so
+what the job writes belongs to the operator, never to root. Every git call is hardened: the folder's
+``.git`` is writable by every job that ran there before, so git may read it but never run what it names
+(hooks, fsmonitor, filter drivers, pagers, credential helpers, the ext transport).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import chain
+
+from pidispatch.common.keys import Keys
+from pidispatch.common.models import Job, job_to_fields
+from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
+from pidispatch.worker.outcome import InfraFault, Refusal
+
+GIT_TIMEOUT_S = 10.0
+GIT_HARDENING = (
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "core.fsmonitor=false",
+    "-c", "protocol.ext.allow=never",
+    "-c", "credential.helper=",
+)
+# The router's flow rule (router/runfields.py FLOW_RE); services never import each other, so it is
+# repeated here: the lead may move it to common.
+FLOW_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
+# The router's model rule (router/modelref.py MODEL_RE), checked on the lower-cased printable-ASCII value.
+MODEL_RE = re.compile(r"^(?=.{1,64}$)[~@]?[a-z0-9][a-z0-9._:/@_-]*$", re.ASCII)
+_PRINTABLE_ASCII_RE = re.compile(r"^[\x21-\x7e]+$")
+MAX_TURNS_RANGE = (1, 10_000)
+SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_MINUTE_FORMAT = "%Y%m%d%H%M"
+# The dedup key of a local job is its own id, so only an identical run within the minute is swallowed.
+LOCAL_DEDUP_PREFIX = "local:"
+
+NOT_A_REPO = "local-folder-not-a-repo"
+NO_COMMIT = "local-folder-no-commit"
+UNREADABLE_REPO = "local-folder-unreadable-repo"
+USER_UNMAPPABLE = "job-user-unmappable"
+# Retried faults; tokens only, the folder's path never travels in them.
+FOLDER_UNREACHABLE = "local-folder-unreachable"
+GIT_UNAVAILABLE = "git-unavailable"
+GIT_TIMEOUT = "git-timeout"
+
+
+@dataclass(frozen=True)
+class FolderFacts:
+    """What the worker learned about a local folder: the commit at HEAD and who owns the folder."""
+
+    sha: str
+    uid: int
+    gid: int
+    basename: str
+
+
+def local_user(facts: FolderFacts) -> str:
+    """The container user of a local job: the folder's owner, so its files stay the operator's."""
+    return f"{facts.uid}:{facts.gid}"
+
+
+def git_env(base: Mapping[str, str], folder: str) -> dict[str, str]:
+    """Pure: git's environment. Every inherited ``GIT_*`` goes (a stray ``GIT_DIR`` or
+    ``GIT_CONFIG_PARAMETERS`` would point git elsewhere or re-arm what the flags disarm), git never
+    prompts, never takes optional locks, and never looks for a repository above the folder."""
+    env = {k: v for k, v in base.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_CEILING_DIRECTORIES=os.path.dirname(folder.rstrip("/")) or "/",
+    )
+    return env
+
+
+async def git(
+    folder: str, *args: str | bytes, config: tuple[str | bytes, ...] = (), timeout_s: float = GIT_TIMEOUT_S
+) -> tuple[int, bytes]:
+    """Run one hardened git command in ``folder``; returns (exit code, stdout). Output is never logged.
+
+    ``safe.directory`` names the folder so a worker account can read a folder the operator owns.
+    Raises ``InfraFault`` when git cannot be started or does not finish in time.
+    """
+    argv = ["git", *GIT_HARDENING, "-c", f"safe.directory={folder}", *config, "--no-pager", "-C", folder]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=git_env(os.environ, folder),
+        )
+    except OSError:
+        raise InfraFault(GIT_UNAVAILABLE) from None
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        raise InfraFault(GIT_TIMEOUT) from None
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+    # Killed by a signal reads as a negative code: a failure like any other.
+    return (proc.returncode if proc.returncode is not None else -1), out
+
+
+def _stat_repo(folder: str) -> os.stat_result | None:
+    """The folder's stat, or None when it is missing, not a folder, or has no ``.git`` (stat follows
+    symlinks, so a ``.git`` file of a linked work tree counts). Other ``OSError`` propagates."""
+    try:
+        st = os.stat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        os.stat(os.path.join(folder, ".git"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st
+
+
+async def inspect_folder(folder: str) -> FolderFacts | Refusal:
+    """The worker's gate on a local job's folder (spec worker §1.3 row 15, local part), before any spend.
+
+    Refusals, in order: no folder or no ``.git`` (``local-folder-not-a-repo``), git refuses the repository
+    (``local-folder-unreadable-repo``), no commit at HEAD (``local-folder-no-commit``), folder owned by
+    uid 0 or gid 0 (``job-user-unmappable``: a job never runs as root). Raises ``InfraFault`` (retried)
+    for any other filesystem error and when git cannot run.
+    """
+    if not os.path.isabs(folder):
+        return Refusal(NOT_A_REPO)
+    try:
+        st = await asyncio.to_thread(_stat_repo, folder)
+    except OSError:
+        raise InfraFault(FOLDER_UNREACHABLE) from None
+    if st is None:
+        return Refusal(NOT_A_REPO)
+    code, _ = await git(folder, "rev-parse", "--git-dir")
+    if code != 0:
+        return Refusal(UNREADABLE_REPO)
+    code, out = await git(folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    sha = out.decode(errors="replace").strip()
+    if code != 0 or not SHA_RE.match(sha):
+        return Refusal(NO_COMMIT)
+    if st.st_uid == 0 or st.st_gid == 0:
+        return Refusal(USER_UNMAPPABLE)
+    return FolderFacts(sha=sha, uid=st.st_uid, gid=st.st_gid, basename=os.path.basename(folder.rstrip("/")))
+
+
+def local_job_id(
+    folder: str,
+    *,
+    flow: str | None,
+    task: str | None,
+    model: str | None,
+    image: str | None,
+    now_ms: int,
+    provider: str | None = None,
+    max_turns: int | None = None,
+) -> str:
+    """Pure: ``local-<sha256[:16]>-<YYYYMMDDHHMM>`` (UTC). The same run asked twice within one minute gets
+    the same id (so it is queued once); any other input, or another minute, gives another id."""
+    material = json.dumps([folder, flow, task, model, image, provider, max_turns], ensure_ascii=False)
+    digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    minute = datetime.fromtimestamp(now_ms // 1000, UTC).strftime(_MINUTE_FORMAT)
+    return f"local-{digest}-{minute}"
+
+
+def queued_minute(job_id: str) -> str:
+    """Pure but for the local zone: the ``HH:MM`` (this machine's time) a local job id was made in."""
+    stamp = datetime.strptime(job_id.rsplit("-", 1)[-1], _MINUTE_FORMAT).replace(tzinfo=UTC)
+    return stamp.astimezone().strftime("%H:%M")
+
+
+# --- pi-dispatch run ---------------------------------------------------------------------------------
+
+_REFUSAL_TEXT = {
+    NOT_A_REPO: "folder {shown} is not the top folder of a git repository (it has no .git); "
+                "pass the repository's top folder, or run git init and commit there",
+    UNREADABLE_REPO: "git cannot read the repository in folder {shown}; run git status there to see why",
+    NO_COMMIT: "the git repository in folder {shown} has no commit yet; commit first (a job starts at HEAD)",
+    USER_UNMAPPABLE: "folder {shown} is owned by root (uid or gid 0) and a job never runs as root; "
+                     "chown it to your own user",
+}
+_FAULT_TEXT = {
+    FOLDER_UNREACHABLE: "folder {shown} cannot be read by this account; check its permissions",
+    GIT_UNAVAILABLE: "git cannot be started; install git or put it on PATH",
+    GIT_TIMEOUT: f"git did not answer within {GIT_TIMEOUT_S:g} s in folder {{shown}}; try again",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="queue a job on a local git folder (the folder is the job's /workspace)")
+    p.add_argument("folder", help="the top folder of a git repository with at least one commit")
+    p.add_argument("--task", help="what the agent should do (required)")
+    p.add_argument("--flow", help="the skill the agent should use")
+    p.add_argument("--provider", help="provider id (default PI_PROVIDER)")
+    p.add_argument("--model", help="model id (default PI_MODEL)")
+    p.add_argument("--max-turns", metavar="N", help="turn budget (default PI_MAX_TURNS)")
+    p.add_argument("--image", help="job image (default PI_JOB_IMAGE)")
+    p.add_argument("--force", action="store_true", help="queue even when the folder has uncommitted changes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_command)
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Pure: why the arguments are refused (one line naming the fix), or None."""
+    task = args.task
+    if task is None or not task.strip():
+        return "--task is required: say what the agent should do"
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in task):
+        return "--task is not valid UTF-8 text"
+    if args.flow is not None and not FLOW_RE.match(args.flow):
+        return (f"--flow {args.flow!r} is refused; accepted: 1-64 of a-z 0-9 - _, starting and ending with "
+                "a letter or digit")
+    if args.provider is not None and not PROVIDER_RE.match(args.provider):
+        return f"--provider {args.provider!r} is refused; accepted: a lower-case provider id (anthropic)"
+    model = args.model
+    if model is not None and not (_PRINTABLE_ASCII_RE.match(model) and MODEL_RE.match(model.lower())):
+        return (f"--model {model!r} is refused; accepted: 1-64 of letters, digits and . _ - : / @, starting "
+                "with a letter or digit")
+    if args.max_turns is not None and _max_turns(args.max_turns) is None:
+        return f"--max-turns {args.max_turns!r} is refused; accepted: a whole number from 1 to 10000"
+    if args.image is not None and not image_ref_ok(args.image):
+        return (f"--image {args.image!r} is refused; accepted: an image reference without spaces, control "
+                "characters or a leading dash")
+    return None
+
+
+def _max_turns(raw: str | None) -> int | None:
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        return None
+    value = int(raw)
+    return value if MAX_TURNS_RANGE[0] <= value <= MAX_TURNS_RANGE[1] else None
+
+
+async def _neutral_filters(folder: str) -> tuple[bytes, ...] | None:
+    """``-c`` pairs that switch off every filter driver the repository's own config declares (``git
+    status`` runs a driver's clean command on files whose stat changed). The operator's global and
+    system drivers (git-lfs) stay. None when a driver's name cannot be written as a ``-c`` key."""
+    code, out = await git(folder, "config", "-z", "--show-scope", "--name-only", "--get-regexp", r"^filter\.")
+    if code in (0, 1):
+        fields = out.split(b"\0")
+        scoped = list(zip(fields[0::2], fields[1::2], strict=False))
+    else:
+        # A git older than --show-scope (2.26): switch off every driver, whoever declared it.
+        code, out = await git(folder, "config", "-z", "--name-only", "--get-regexp", r"^filter\.")
+        scoped = [(b"local", key) for key in out.split(b"\0")] if code == 0 else []
+    names = {key[len(b"filter."):].rpartition(b".")[0] for scope, key in scoped
+             if key.startswith(b"filter.") and scope not in (b"system", b"global")}
+    pairs: list[bytes] = []
+    for name in sorted(names):
+        if not name:
+            continue  # ``filter.<var>`` without a driver name declares no driver
+        if b"=" in name:
+            return None
+        for var, value in ((b"clean", b""), (b"smudge", b""), (b"process", b""), (b"required", b"false")):
+            pairs += [b"-c", b"filter." + name + b"." + var + b"=" + value]
+    return tuple(pairs)
+
+
+async def check_folder(path: str, shown: str, *, force: bool) -> FolderFacts | str:
+    """The CLI's folder checks, in order: exists, is a repository's top folder with a commit, is readable
+    by git, is not owned by root, and has no uncommitted changes (unless ``force``). Returns the folder's
+    facts, or one line naming the problem and its fix (``shown`` is the folder as the operator typed it)."""
+    if not await asyncio.to_thread(os.path.isdir, path):
+        return f"folder {shown} does not exist (or is not a folder); pass the path of a git repository"
+    facts = await inspect_folder(path)
+    if isinstance(facts, Refusal):
+        return _REFUSAL_TEXT[facts.reason].format(shown=shown)
+    code, out = await git(path, "rev-parse", "--show-toplevel")
+    top = out.decode(errors="replace").strip()
+    if code != 0 or await asyncio.to_thread(os.path.realpath, top) != path:
+        return f"folder {shown} is not the top folder of its git work tree; pass the top folder"
+    overrides = await _neutral_filters(path)
+    if overrides is None:
+        return (f"the git config in folder {shown} declares a filter driver whose name has an '=' (it could "
+                "not be switched off); rename or remove it")
+    # Submodules are compared by commit only: looking inside them would run their own config's drivers.
+    code, out = await git(
+        path, "status", "--porcelain", "--untracked-files=normal", "--ignore-submodules=dirty",
+        config=overrides,
+    )
+    if code != 0:
+        return _REFUSAL_TEXT[UNREADABLE_REPO].format(shown=shown)
+    if out.strip() and not force:
+        return f"folder {shown} has uncommitted changes; commit or stash your changes, or pass --force"
+    return facts
+
+
+def build_local_job(args: argparse.Namespace, folder: str, basename: str, now_ms: int) -> Job:
+    """Pure: the job ``pi-dispatch run`` queues. It carries no target, so no title or body."""
+    provider = args.provider
+    max_turns = _max_turns(args.max_turns)
+    job_id = local_job_id(
+        folder, flow=args.flow, task=args.task, model=args.model, image=args.image, now_ms=now_ms,
+        provider=provider, max_turns=max_turns,
+    )
+    return Job(
+        id=job_id, kind="local", repo=f"local:{basename}", folder=folder, task=args.task, flow=args.flow,
+        provider=provider, model=args.model, max_turns=max_turns, image=args.image, enqueued_at=now_ms,
+    )
+
+
+def _fail(problem: str) -> int:
+    print(f"pi-dispatch run: {problem}", file=sys.stderr)
+    return 1
+
+
+def run_command(args: argparse.Namespace) -> object:
+    from pidispatch.common.runtime import now_ms
+
+    return run_main(args, now_ms)
+
+
+async def run_main(args: argparse.Namespace, clock: Callable[[], int]) -> int:
+    """Every argument and folder check first, then settings, then Redis: a refused run touches nothing."""
+    problem = argument_problem(args)
+    if problem is not None:
+        return _fail(problem)
+    shown = args.folder
+    path = await asyncio.to_thread(os.path.realpath, args.folder)
+    try:
+        facts = await check_folder(path, shown, force=args.force)
+    except InfraFault as fault:
+        return _fail(_FAULT_TEXT.get(fault.reason, "git failed in folder {shown}").format(shown=shown))
+    if isinstance(facts, str):
+        return _fail(facts)
+
+    from pidispatch.common.settings import load_settings
+
+    settings = load_settings()
+    keys = Keys(settings.key_prefix)
+    stream = keys.host_jobs(settings.worker_name) if settings.worker_name_declared else keys.jobs
+    job = build_local_job(args, path, facts.basename, clock())
+    status, job_id, state = await enqueue_local(settings.redis_url, keys, stream, job)
+    if status == "queued":
+        if args.json:
+            print(json.dumps({"status": "queued", "jobId": job_id, "folder": facts.basename,
+                              "stream": stream}))
+        else:
+            print(f"queued {job_id} for folder {facts.basename}")
+        return 0
+    at = queued_minute(job_id)
+    if args.json:
+        print(json.dumps({"status": "duplicate", "jobId": job_id, "state": state, "queuedAt": at}))
+    else:
+        print(f"an identical run was queued at {at} as {job_id} ({state}); nothing new was queued.")
+    return 0
+
+
+async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[str, str, str]:
+    """Queue ``job`` once through the ENQUEUE script; returns (``queued``|``duplicate``, job id, state).
+
+    Raises ``InfraError`` naming ``REDIS_URL`` when Redis does not answer. The script is atomic and the id
+    exact, so a retry of the same command within the minute can never queue the run twice.
+    """
+    from redis.exceptions import RedisError
+
+    from pidispatch.common.errors import InfraError
+    from pidispatch.common.keys import DEDUP_WINDOW_MS, JOBID_TTL_S, REDIS_OP_TIMEOUT_S
+    from pidispatch.common.redis import create_redis
+    from pidispatch.common.scripts import ENQUEUE
+
+    redis = create_redis(url)
+    pairs = list(chain.from_iterable(job_to_fields(job).items()))
+    try:
+        async with asyncio.timeout(2 * REDIS_OP_TIMEOUT_S):
+            reply = await redis.register_script(ENQUEUE)(
+                keys=[keys.jobid(job.id), keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
+                args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+            )
+            status, value = (_text(r) for r in reply)
+            if status == "queued":
+                return "queued", job.id, "queued"
+            raw = await redis.hget(keys.job(value), "state")
+    except (RedisError, OSError, TimeoutError) as exc:
+        raise InfraError(
+            f"Redis at REDIS_URL did not answer ({type(exc).__name__}); check that Redis is running "
+            "and REDIS_URL points at it"
+        ) from None
+    finally:
+        await redis.aclose()
+    return "duplicate", value, _text(raw) if raw else "queued"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,146 @@
+"""A worker's duties beside its jobs: the liveness row, fresh pending entries, cancel requests, and
+taking over the pending jobs of a host whose row expired (DESIGN.md §4).
+
+A peer claims a dead host's entries only when its row is gone AND the entries sat idle for the row's
+whole lifetime; a live worker re-claims its running entries to itself every beat, so both tests agree
+that nobody owns them before anything moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+
+from redis.exceptions import RedisError
+
+from pidispatch.common import __version__
+from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import decode_fields
+from pidispatch.common.streams import Entry, ack
+from pidispatch.worker.context import Context, Held
+from pidispatch.worker.runner import OPERATOR_CANCEL
+
+SlotKey = tuple[str, str]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Upkeep:
+    def __init__(
+        self, ctx: Context, streams: list[str], slots: Mapping[SlotKey, Held], stop: asyncio.Event
+    ) -> None:
+        self.ctx, self.streams, self.slots, self.stop = ctx, streams, slots, stop
+        self.started_ms = ctx.clock()
+        self.log = get_logger()
+
+    # ---- liveness -----------------------------------------------------------------------------------
+
+    def row(self) -> dict[str, str]:
+        s = self.ctx.settings
+        return {
+            "name": s.worker_name,
+            "beatAt": str(self.ctx.clock()),
+            "startedAt": str(self.started_ms),
+            "version": __version__,
+            "routes": "true" if s.worker_name_declared else "false",
+            "concurrency": str(s.concurrency),
+            "running": str(len(self.slots)),
+            "tz": self.ctx.env.get("TZ") or time.tzname[0],
+            "image": s.job_image,
+        }
+
+    async def beat(self) -> None:
+        """Write the row, then re-claim every held entry to ourselves so its idle time starts over."""
+        ctx = self.ctx
+        key = ctx.keys.host(ctx.host)
+        async with ctx.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(key, mapping=self.row())
+            pipe.pexpire(key, ctx.settings.host_ttl_ms)
+            pipe.sadd(ctx.keys.hosts, ctx.host)
+            by_stream: dict[str, list[str]] = {}
+            for stream, entry_id in list(self.slots):
+                by_stream.setdefault(stream, []).append(entry_id)
+            for stream, ids in by_stream.items():
+                pipe.xclaim(stream, WORKER_GROUP, ctx.host, 0, ids, justid=True)
+            await pipe.execute()
+
+    async def run_heartbeat(self) -> None:
+        interval = self.ctx.settings.host_beat_ms / 1000
+        while not self.stop.is_set():
+            try:
+                await self.beat()
+                self.ctx.redis_health.ok()
+            except RedisError as exc:
+                self.ctx.redis_health.failed(reason=type(exc).__name__)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), interval)
+
+    async def remove_row(self) -> None:
+        """Clean shutdown with nothing left running: peers need not wait for the row to expire."""
+        with contextlib.suppress(RedisError):
+            async with self.ctx.redis.pipeline(transaction=False) as pipe:
+                pipe.delete(self.ctx.keys.host(self.ctx.host))
+                pipe.srem(self.ctx.keys.hosts, self.ctx.host)
+                await pipe.execute()
+
+    # ---- cancel requests ----------------------------------------------------------------------------
+
+    async def poll_cancels(self) -> None:
+        """One round trip: DEL each held job's request key; a 1 means somebody asked to cancel it."""
+        held = [h for h in list(self.slots.values()) if h.job_id is not None]
+        if not held:
+            return
+        ctx = self.ctx
+        async with ctx.redis.pipeline(transaction=False) as pipe:
+            for h in held:
+                pipe.delete(ctx.keys.cancel(h.job_id or ""))
+            found = await pipe.execute()
+        for h, hit in zip(held, found, strict=True):
+            if hit:
+                self.log.info("job_cancel_requested", job=h.job_id)
+                h.abort.trigger(OPERATOR_CANCEL)
+                await ctx.redis.set(ctx.keys.cancel_ack(h.job_id or ""), ctx.host, px=CANCEL_ACK_TTL_MS)
+
+    async def run_cancel_poll(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(RedisError):
+                await self.poll_cancels()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), CANCEL_POLL_S)
+
+    # ---- takeover -----------------------------------------------------------------------------------
+
+    async def claim_orphans(self, limit: int) -> list[Entry]:
+        """Up to ``limit`` pending entries of hosts whose liveness row expired, claimed to this worker."""
+        ctx, ttl = self.ctx, self.ctx.settings.host_ttl_ms
+        claimed: list[Entry] = []
+        for stream in self.streams:
+            summary = await ctx.redis.xpending(stream, WORKER_GROUP)
+            for row in summary.get("consumers") or []:
+                owner = _text(row["name"])
+                if owner == ctx.host or await ctx.redis.exists(ctx.keys.host(owner)):
+                    continue
+                rows = await ctx.redis.xpending_range(
+                    stream, WORKER_GROUP, min="-", max="+", count=limit - len(claimed),
+                    consumername=owner, idle=ttl,
+                )
+                ids = [r["message_id"] for r in rows]
+                if not ids:
+                    continue
+                # min_idle_time makes the claim exclusive: a second peer finds the idle time reset.
+                got = await ctx.redis.xclaim(stream, WORKER_GROUP, ctx.host, ttl, ids)
+                for entry_id, fields in got:
+                    if not fields:  # deleted from the stream meanwhile: nothing to run
+                        await ack(ctx.redis, stream, WORKER_GROUP, _text(entry_id))
+                        continue
+                    claimed.append((stream, _text(entry_id), decode_fields(fields)))
+                if got:
+                    self.log.warning("jobs_taken_over", dead_host=owner, count=len(got))
+                if len(claimed) >= limit:
+                    return claimed
+        return claimed
