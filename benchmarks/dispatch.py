@@ -1,0 +1,466 @@
+"""Worker dispatch: enqueue → container start latency and jobs/s at concurrency 3, beside bare aiodocker.
+
+Starts a private redis-server, builds a tiny job image (the test agent: prints an exit line, exits 0) and
+runs the real worker in this process (``run_worker``), the way ``pi-dispatch worker`` runs it. In the same
+run it measures the floor: bare aiodocker create → wait → start of the same image with the same container
+config (``to_docker_config`` of an equal spec), no Redis, no records.
+
+(a) Start latency, one job at a time, worker and bare samples interleaved so drift favours neither:
+    worker = XADD → the container's ``start`` event; bare = the create call → the ``start`` event.
+(b) Throughput: N trivial jobs at concurrency 3, end to end (enqueue all → every run record written),
+    beside the bare loop running the same number of containers 3 at a time; rounds alternate the order.
+Targets: start overhead (p50 worker - p50 bare) ≤ 50 ms; throughput ≥ 0.9 of the bare figure.
+
+    .venv/bin/python benchmarks/dispatch.py [--samples 25] [--jobs 30] [--rounds 2] [--check]
+
+Exit 1 when something broke (a job not ``completed``, a container that did not start, a crash), or with
+``--check`` when a target is missed; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import aiohttp
+
+from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
+from pidispatch.common.keys import Keys
+from pidispatch.common.log import configure_logging
+from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields
+from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.runtime import now_ms
+from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker.container import (
+    CONTAINER_HOME,
+    JOB_MOUNT,
+    LABEL_HOST,
+    LABEL_JOB,
+    SHM_CAP_BYTES,
+    WORKSPACE_MOUNT,
+    ContainerSpec,
+    Mount,
+    to_docker_config,
+)
+from pidispatch.worker.history import record_path
+from pidispatch.worker.image import TEST_AGENT_SCRIPT, build_image
+from pidispatch.worker.service import run_worker
+from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+PAYLOAD = ROOT / "tests" / "fixtures" / "github" / "issues.labeled.json"
+CONCURRENCY = 3
+TARGET_OVERHEAD_MS = 50.0
+TARGET_RATIO = 0.9
+FOREIGN_CORES_WARN = 0.1
+JOB_TIMEOUT_S = 60.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Long-lived requests (wait, events) must not time out on reads.
+LONG_REQUEST = aiohttp.ClientTimeout(total=None, sock_read=None, connect=5, sock_connect=5)
+
+
+class Broken(Exception):
+    """Something other than speed went wrong: the numbers would mean nothing."""
+
+
+# --- clocks ----------------------------------------------------------------------------------------
+
+def machine_cpu_s() -> float:
+    user, nice, system, _, _, _, _, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + steal) / CLK_TCK
+
+
+async def foreign_cores(seconds: float = 1.0) -> float:
+    """Cores the machine keeps busy while this benchmark does nothing: anything above noise skews it."""
+    before = machine_cpu_s()
+    await asyncio.sleep(seconds)
+    return (machine_cpu_s() - before) / seconds
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest rank (a latency some run really had)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+class ContainerEvents:
+    """The Docker daemon's ``create`` and ``start`` events of labelled containers, by ``pd.job`` label.
+
+    Why events and not the ``pd:job:<id>`` hash: the hash says ``running`` only after the start call
+    returned, the worker logged and a Redis round trip landed, and the benchmark would see it only at
+    its next poll; its ``startedAt`` is the pickup time, not the start. The event's ``timeNano`` is the
+    daemon's own stamp of the start, taken the same way for worker and bare containers, on this host's
+    realtime clock, the clock the enqueue and create moments are read from. ``since`` replays any event
+    that fired before the stream was connected, so none is missed.
+    """
+
+    def __init__(self) -> None:
+        self.docker = aiodocker.Docker()
+        self.seen: dict[tuple[str, str], int] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ContainerEvents:
+        self.task = asyncio.create_task(self._read(int(time.time()) - 1))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        await self.docker.close()
+
+    async def _read(self, since_s: int) -> None:
+        filters = {"type": ["container"], "event": ["create", "start"], "label": [LABEL_JOB]}
+        params = {"filters": json.dumps(filters), "since": str(since_s)}
+        async with self.docker._query("events", "GET", params=params, timeout=LONG_REQUEST) as resp:
+            async for line in resp.content:
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    job_id = event["Actor"]["Attributes"][LABEL_JOB]
+                    self.seen[(job_id, event["Action"])] = int(event["timeNano"])
+                    self.changed.set()
+
+    async def moments(self, job_id: str, timeout: float = JOB_TIMEOUT_S) -> tuple[int, int]:
+        """The create and start moments (epoch ns) of ``job_id``'s container."""
+        deadline = time.monotonic() + timeout
+        while (job_id, "start") not in self.seen:
+            if self.task is not None and self.task.done():
+                raise Broken("the Docker events stream ended")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - time.monotonic()))
+            if time.monotonic() > deadline and (job_id, "start") not in self.seen:
+                raise Broken(f"no start event for {job_id} within {timeout:.0f} s")
+        created = self.seen.pop((job_id, "create"), None)
+        if created is None:
+            raise Broken(f"a start event for {job_id} came without its create event")
+        return created, self.seen.pop((job_id, "start"))
+
+
+# --- the worker side -------------------------------------------------------------------------------
+
+def bench_job(run: str, n: int) -> Job:
+    """A real GitHub issue job (like tests/worker_support.issue_job) steering the agent to exit 0 at once."""
+    p = json.loads(PAYLOAD.read_text())
+    delivery = f"{run}-{n}-{uuid.uuid4().hex[:8]}"
+    return Job(
+        id=f"gh-{delivery}", kind="github", repo=p["repository"]["full_name"], flow="triage",
+        target=Target(type="issue", number=p["issue"]["number"], title=p["issue"]["title"],
+                      body=f"{p['issue']['body']}\n\npd-test exit=0 sleep=0"),
+        trigger=Trigger(
+            event="issues", action="labeled", delivery_id=delivery, sender=Sender(id=p["sender"]["id"]),
+            matched=Matched(index=0, type="label", label="bug"),
+        ),
+    )
+
+
+def worker_coroutine(
+    settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker, stop: asyncio.Event
+) -> Coroutine[Any, Any, None]:
+    # The one call into the worker. An empty host environment: no operator variable (provider keys,
+    # forwarded names) reaches the benchmark's containers.
+    return run_worker(settings, redis, keys, docker, stop, now_ms, env={})
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: Settings, redis: Redis, keys: Keys) -> AsyncIterator[asyncio.Task[None]]:
+    docker = aiodocker.Docker()  # the worker's own client, as in production
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker_coroutine(settings, redis, keys, docker, stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 60)
+        await docker.close()
+
+
+async def recorded(settings: Settings, job_ids: list[str], worker: asyncio.Task[None]) -> float:
+    """Wait until every job has a ``completed`` record; returns time.monotonic() when the last appeared."""
+    left = set(job_ids)
+    deadline = time.monotonic() + JOB_TIMEOUT_S + 2 * len(job_ids)
+    while left:
+        if worker.done():
+            raise Broken(f"the worker stopped ({worker.exception()!r})")
+        left = {j for j in left if not record_path(settings.logs_dir, j).exists()}
+        if time.monotonic() > deadline:
+            raise Broken(f"{len(left)} job(s) got no run record within the deadline")
+        if left:
+            await asyncio.sleep(0.005)
+    done = time.monotonic()
+    for job_id in job_ids:
+        rec = json.loads(record_path(settings.logs_dir, job_id).read_text())
+        if rec["outcome"] != "completed":
+            raise Broken(f"a job ended {rec['outcome']}/{rec['reason']}, not completed")
+    return done
+
+
+Sample = tuple[float, float]  # ms from the first moment to the create event, and to the start event
+
+
+def sample(t0: int, moments: tuple[int, int]) -> Sample:
+    return (moments[0] - t0) / 1e6, (moments[1] - t0) / 1e6
+
+
+async def worker_latency(
+    redis: Redis, keys: Keys, settings: Settings, events: ContainerEvents, worker: asyncio.Task[None],
+    job: Job,
+) -> Sample:
+    fields = job_to_fields(job)
+    t0 = time.time_ns()
+    await redis.xadd(keys.jobs, fields)  # type: ignore[arg-type]
+    moments = await events.moments(job.id)
+    await recorded(settings, [job.id], worker)  # the worker is idle again before the next sample
+    return sample(t0, moments)
+
+
+async def worker_throughput(
+    redis: Redis, keys: Keys, settings: Settings, worker: asyncio.Task[None], jobs: list[Job]
+) -> float:
+    """Seconds from the enqueue of every job to the last run record."""
+    batch = [job_to_fields(j) for j in jobs]
+    t0 = time.monotonic()
+    async with redis.pipeline(transaction=False) as pipe:
+        for fields in batch:
+            pipe.xadd(keys.jobs, fields)  # type: ignore[arg-type]
+        await pipe.execute()
+    done = await recorded(settings, [j.id for j in jobs], worker)
+    return done - t0
+
+
+# --- the bare floor --------------------------------------------------------------------------------
+
+@dataclass
+class Bare:
+    """create → wait → start of the worker's container config; the wait is registered before the start
+    because AutoRemove may delete the container the instant it exits (runner.py does the same)."""
+
+    docker: aiodocker.Docker
+    job_dir: str
+    settings: Settings
+    host: str
+    count: int = field(default=0)
+
+    def config(self, job_id: str, name: str) -> dict[str, Any]:
+        mem = self.settings.job_memory_bytes
+        spec = ContainerSpec(
+            image=self.settings.job_image, name=name,
+            env={"PI_JOB_ID": name, "PI_FLOW": "triage", "PI_OFFLINE": "1", "HOME": CONTAINER_HOME},
+            mounts=(Mount(self.job_dir, JOB_MOUNT, True),
+                    Mount(os.path.join(self.job_dir, "workspace"), WORKSPACE_MOUNT, False)),
+            memory_bytes=mem, nano_cpus=self.settings.job_nano_cpus, shm_size=min(SHM_CAP_BYTES, mem // 2),
+            user=self.settings.job_user, labels={LABEL_JOB: job_id, LABEL_HOST: self.host},
+        )
+        return to_docker_config(spec)
+
+    async def run(self) -> tuple[str, int]:
+        """One container to its end: (its label, the create-call moment in epoch ns)."""
+        self.count += 1
+        job_id = f"bare-{self.host}-{self.count}"
+        name = f"pi-{job_id}"
+        config = self.config(job_id, name)
+        t0 = time.time_ns()
+        container = await self.docker.containers.create(config, name=name)
+        waiter = await self.docker._do_query(
+            f"containers/{container.id}/wait", "POST", params={"condition": "removed"}, timeout=LONG_REQUEST
+        )
+        try:
+            await container.start()
+            data = await waiter.json(content_type=None)
+        finally:
+            waiter.release()
+        if data.get("StatusCode") != 0:
+            raise Broken(f"a bare container exited {data.get('StatusCode')}")
+        return job_id, t0
+
+    async def latency(self, events: ContainerEvents) -> Sample:
+        job_id, t0 = await self.run()
+        return sample(t0, await events.moments(job_id))
+
+    async def throughput(self, n: int) -> float:
+        """Seconds to run ``n`` containers, ``CONCURRENCY`` at a time."""
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def one() -> None:
+            async with gate:
+                await self.run()
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return time.monotonic() - t0
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+@dataclass
+class Measured:
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {"worker": [], "bare": []})
+    jobs_per_s: dict[str, float] = field(default_factory=dict)
+    foreign: list[float] = field(default_factory=list)
+
+
+async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, keys: Keys,
+                  run: str) -> Measured:
+    m = Measured()
+    m.foreign.append(await foreign_cores())
+    await asyncio.to_thread(ensure_jobs_dir, settings.jobs_dir)
+    warm = bench_job(run, 0)  # the bare runs share one prepared job folder, prepared like the worker's
+    bare_docker = aiodocker.Docker()
+    try:
+        bare = Bare(bare_docker, await prepare_workspace(warm, settings), settings, f"bench-bare-{run}")
+        async with ContainerEvents() as events, running_worker(settings, redis, keys) as worker:
+            # Warm-up: the first create after an image import pays for the daemon's first look at it.
+            await worker_latency(redis, keys, settings, events, worker, warm)
+            await bare.latency(events)
+            for i in range(args.samples):
+                m.samples["worker"].append(
+                    await worker_latency(redis, keys, settings, events, worker, bench_job(run, 1 + i))
+                )
+                m.samples["bare"].append(await bare.latency(events))
+            print(f"  start latency: {args.samples} samples per side, interleaved", flush=True)
+            seconds = {"worker": 0.0, "bare": 0.0}
+            for r in range(args.rounds):
+                # Alternate who goes first so drift (daemon state, other load) favours neither side.
+                for side in ("worker", "bare") if r % 2 == 0 else ("bare", "worker"):
+                    if side == "worker":
+                        jobs = [bench_job(run, 1000 * (r + 1) + i) for i in range(args.jobs)]
+                        took = await worker_throughput(redis, keys, settings, worker, jobs)
+                    else:
+                        took = await bare.throughput(args.jobs)
+                    seconds[side] += took
+                    print(f"  throughput round {r + 1} {side:<6} {args.jobs / took:6.2f} jobs/s", flush=True)
+            m.jobs_per_s = {side: args.jobs * args.rounds / s for side, s in seconds.items()}
+    finally:
+        await bare_docker.close()
+    m.foreign.append(await foreign_cores())
+    return m
+
+
+async def cleanup(tag: str, hosts: list[str]) -> None:
+    """No container or image of this run outlives it."""
+    docker = aiodocker.Docker()
+    try:
+        for host in hosts:
+            mine = json.dumps({"label": [f"{LABEL_HOST}={host}"]})
+            found = await docker.containers.list(all=True, filters=mine)
+            for c in found:
+                with contextlib.suppress(aiodocker.DockerError):
+                    await c.delete(force=True)
+        with contextlib.suppress(aiodocker.DockerError):
+            await docker.images.delete(tag, force=True)
+    finally:
+        await docker.close()
+
+
+async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
+    run = uuid.uuid4().hex[:8]
+    tag = f"pd-bench-agent-{run}:latest"
+    port = free_port()
+    redis_proc = await asyncio.create_subprocess_exec(
+        *redis_server_argv(find_redis_server(), port, tmp, persist=False),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    redis = create_redis(f"redis://127.0.0.1:{port}/0")
+    host = f"bench-worker-{run}"
+    settings = load_settings({
+        "REDIS_URL": f"redis://127.0.0.1:{port}/0", "PD_KEY_PREFIX": f"bench{run}", "PI_WORKER_NAME": host,
+        "PI_JOB_IMAGE": tag, "PI_CONCURRENCY": str(CONCURRENCY), "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "1",
+        "PI_LOGS_DIR": str(tmp / "logs"), "PI_JOBS_DIR": str(tmp / "jobs"),
+        # A benchmark spends no money: the default daily cap of 25 would refuse the later jobs.
+        "PI_DAILY_CAP": "1000000",
+    })
+    try:
+        deadline = time.monotonic() + 10
+        while not await _pings(redis):
+            if time.monotonic() > deadline or redis_proc.returncode is not None:
+                raise Broken("redis-server did not come up")
+            await asyncio.sleep(0.05)
+        await build_image(tag, TEST_AGENT_SCRIPT)
+        return await measure(args, settings, redis, Keys(settings.key_prefix), run)
+    finally:
+        await redis.aclose()
+        await cleanup(tag, [host, f"bench-bare-{run}"])
+        if redis_proc.returncode is None:
+            redis_proc.terminate()
+            await redis_proc.wait()
+
+
+async def _pings(redis: Redis) -> bool:
+    try:
+        return bool(await redis.ping())
+    except Exception:
+        return False
+
+
+def report(args: argparse.Namespace, m: Measured) -> bool:
+    create = {side: [c for c, _ in rows] for side, rows in m.samples.items()}
+    start = {side: [s for _, s in rows] for side, rows in m.samples.items()}
+    print(f"\nstart latency (ms)   {'p50':>8}{'p95':>8}  {'to create':>9}")
+    for side, first in (("worker", "XADD"), ("bare", "create call")):
+        print(f"  {side + (' aiodocker' if side == 'bare' else ''):<19}{percentile(start[side], 50):8.1f}"
+              f"{percentile(start[side], 95):8.1f}  {percentile(create[side], 50):9.1f}"
+              f"   {first} -> container start event (p50 to its create event)")
+    overhead = percentile(start["worker"], 50) - percentile(start["bare"], 50)
+    overhead_ok = overhead <= TARGET_OVERHEAD_MS
+    print(f"  overhead p50       {overhead:8.1f} ms  (target <= {TARGET_OVERHEAD_MS:g} ms: "
+          f"{'met' if overhead_ok else 'MISSED'})")
+    rate = m.jobs_per_s
+    ratio = rate["worker"] / rate["bare"]
+    ratio_ok = ratio >= TARGET_RATIO
+    print(f"\nthroughput, {args.rounds} x {args.jobs} trivial jobs at concurrency {CONCURRENCY}")
+    print(f"  worker             {rate['worker']:8.2f} jobs/s   enqueue all -> every run record written")
+    print(f"  bare aiodocker     {rate['bare']:8.2f} jobs/s   create+wait+start, {CONCURRENCY} at a time")
+    print(f"  ratio worker/bare  {ratio:8.2f}          (target >= {TARGET_RATIO}: "
+          f"{'met' if ratio_ok else 'MISSED'})")
+    if (busy := max(m.foreign)) > FOREIGN_CORES_WARN:
+        print(f"WARNING: other processes kept {busy:.2f} cores busy while this benchmark was idle; "
+              "the machine was not quiet, so the figures are unreliable")
+    return overhead_ok and ratio_ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=25, help="start-latency samples per side")
+    parser.add_argument("--jobs", type=int, default=30, help="jobs per side and round for throughput")
+    parser.add_argument("--rounds", type=int, default=2, help="throughput rounds per side")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    if args.samples < 1 or args.jobs < CONCURRENCY or args.rounds < 1:
+        parser.error(f"--samples and --rounds must be >= 1, --jobs >= {CONCURRENCY}")
+    # The in-process worker logs only what went wrong; its info lines would bury the figures.
+    configure_logging("worker", "warning")
+    print(f"dispatch: {args.samples} start-latency samples per side; {args.rounds} x {args.jobs} jobs per "
+          f"side at concurrency {CONCURRENCY}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="pd-bench-dispatch-"))
+    try:
+        measured = asyncio.run(bench(args, tmp))
+    except Broken as exc:
+        print(f"BROKEN: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    met = report(args, measured)
+    return 1 if args.check and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
