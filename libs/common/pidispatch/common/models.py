@@ -14,6 +14,9 @@ import msgspec
 Fields = dict[str, str]
 
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+# A flow (skill) name, and a model id after lower-casing: one rule for triggers.json and the CLI.
+FLOW_RE = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
+MODEL_RE = re.compile(r"(?=.{1,64}$)[~@]?[a-z0-9][a-z0-9._:/@_-]*", re.ASCII)
 
 
 def _text(value: bytes | str) -> str:

@@ -13,13 +13,13 @@ from collections.abc import Collection
 from typing import Any
 
 from pidispatch.common.envnames import RESERVED_SECRET_NAMES
+from pidispatch.common.models import FLOW_RE
 from pidispatch.common.settings import image_ref_ok
 from pidispatch.router.modelref import model_fields
 from pidispatch.router.refusal import ID_RE, Entry, integer, js_length, nonblank, unpadded
 from pidispatch.router.rules import RunSpec
 from pidispatch.router.waitfor import wait_for
 
-FLOW_RE = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 INSTRUCTIONS_MAX = 2000

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from itertools import chain
 
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import Job, job_to_fields
+from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
 from pidispatch.worker.outcome import InfraFault, Refusal
 
@@ -35,11 +35,6 @@ GIT_HARDENING = (
     "-c", "protocol.ext.allow=never",
     "-c", "credential.helper=",
 )
-# The router's flow rule (router/runfields.py FLOW_RE); services never import each other, so it is
-# repeated here: the lead may move it to common.
-FLOW_RE = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?$")
-# The router's model rule (router/modelref.py MODEL_RE), checked on the lower-cased printable-ASCII value.
-MODEL_RE = re.compile(r"^(?=.{1,64}$)[~@]?[a-z0-9][a-z0-9._:/@_-]*$", re.ASCII)
 _PRINTABLE_ASCII_RE = re.compile(r"^[\x21-\x7e]+$")
 MAX_TURNS_RANGE = (1, 10_000)
 SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
@@ -218,13 +213,13 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return "--task is required: say what the agent should do"
     if any(0xD800 <= ord(c) <= 0xDFFF for c in task):
         return "--task is not valid UTF-8 text"
-    if args.flow is not None and not FLOW_RE.match(args.flow):
+    if args.flow is not None and not FLOW_RE.fullmatch(args.flow):
         return (f"--flow {args.flow!r} is refused; accepted: 1-64 of a-z 0-9 - _, starting and ending with "
                 "a letter or digit")
     if args.provider is not None and not PROVIDER_RE.match(args.provider):
         return f"--provider {args.provider!r} is refused; accepted: a lower-case provider id (anthropic)"
     model = args.model
-    if model is not None and not (_PRINTABLE_ASCII_RE.match(model) and MODEL_RE.match(model.lower())):
+    if model is not None and not (_PRINTABLE_ASCII_RE.match(model) and MODEL_RE.fullmatch(model.lower())):
         return (f"--model {model!r} is refused; accepted: 1-64 of letters, digits and . _ - : / @, starting "
                 "with a letter or digit")
     if args.max_turns is not None and _max_turns(args.max_turns) is None:
