@@ -61,3 +61,29 @@ def test_demo_curl_without_a_secret_names_the_fix(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("WEBHOOK_SECRET", raising=False)
     with pytest.raises(ConfigError, match="WEBHOOK_SECRET"):
         demo_curl(argparse.Namespace(dir=str(tmp_path)))
+
+
+class _Images:
+    def __init__(self, labels: dict[str, str] | None) -> None:
+        self.labels = labels
+
+    async def inspect(self, ref: str) -> dict[str, object]:
+        from aiodocker.exceptions import DockerError
+
+        if self.labels is None:
+            raise DockerError(404, {"message": f"No such image: {ref}"})
+        return {"Config": {"Labels": self.labels}}
+
+
+class _Docker:
+    def __init__(self, labels: dict[str, str] | None) -> None:
+        self.images = _Images(labels)
+
+
+async def test_a_demo_image_without_the_any_uid_capability_is_rebuilt() -> None:
+    from pidispatch.common.dev import DEMO_CAPABILITIES_LABEL, _demo_image_current
+
+    assert await _demo_image_current(_Docker({DEMO_CAPABILITIES_LABEL: "replicas, anyUid"}))
+    assert not await _demo_image_current(_Docker({}))  # built by an older version: every job refused
+    assert not await _demo_image_current(_Docker({DEMO_CAPABILITIES_LABEL: "anyUidX"}))
+    assert not await _demo_image_current(_Docker(None))

@@ -31,6 +31,8 @@ from pidispatch.common.settings import load_settings
 SERVICES = ("receiver", "router", "worker")
 DEMO_LABEL = "pi:demo"
 DEMO_IMAGE = "pi-dispatch-demo:latest"
+# The image label the worker's preflight reads (pidispatch.worker.image.CAPABILITIES_LABEL).
+DEMO_CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
 DEFAULT_IMAGE = "pi-job:latest"
 STOP_BUDGET_S = 5.0
 
@@ -184,7 +186,7 @@ async def _job_image(env: dict[str, str], image: str) -> str:
             print(f"pi-dispatch dev: job image {image} is missing; jobs will be refused (job-image-missing). "
                   f"Build it, or run `pi-dispatch demo-image --tag {image}` for a demo image (no registry)")
             return image
-        if not await _image_exists(docker, DEMO_IMAGE):
+        if not await _demo_image_current(docker):
             print(f"pi-dispatch dev: {DEFAULT_IMAGE} is missing; building the demo image {DEMO_IMAGE} "
                   "from this machine's busybox (no registry needed)")
             proc = await asyncio.create_subprocess_exec(
@@ -197,6 +199,21 @@ async def _job_image(env: dict[str, str], image: str) -> str:
         return DEMO_IMAGE
     finally:
         await docker.close()
+
+
+async def _demo_image_current(docker: object) -> bool:
+    """The demo image exists and declares what the worker's preflight requires (one built by an older
+    version lacks the ``anyUid`` capability label and every job would be refused)."""
+    from aiodocker.exceptions import DockerError
+
+    try:
+        info = await docker.images.inspect(DEMO_IMAGE)  # type: ignore[attr-defined]
+    except DockerError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return "anyUid" in labels.get(DEMO_CAPABILITIES_LABEL, "").replace(" ", "").split(",")
 
 
 async def _image_exists(docker: object, ref: str) -> bool:
