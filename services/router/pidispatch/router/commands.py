@@ -19,12 +19,14 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.registry import ROUTE_FRESH_MS, HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.router import events, pipeline
 from pidispatch.router.authority import Authority
 from pidispatch.router.identity import resolve_self_ids
 from pidispatch.router.lookup import Question, SelfIds, Verdict
+from pidispatch.router.reroute import run_rerouter
 from pidispatch.router.rules import Rules, RulesRef
 from pidispatch.router.service import consumer_name, run_router
 from pidispatch.router.subsets import MalformedPayload
@@ -75,6 +77,8 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
         watcher = asyncio.create_task(watch_triggers(settings.triggers_file, rules_ref, stop))
         # Workers promote too; the promoting script is atomic, so any number of promoters is safe.
         promoter = asyncio.create_task(run_promoter(redis, keys, stop))
+        # Every router re-routes too; each move is one atomic script, so peers never double-move.
+        rerouter = asyncio.create_task(run_rerouter(redis, keys, stop, now_ms))
         try:
             await run_router(
                 settings, redis, keys, rules_ref, stop, now_ms, self_ids=self_ids, ask=ask, consumer=consumer,
@@ -82,7 +86,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(watcher, promoter)
+                await asyncio.gather(watcher, promoter, rerouter)
     finally:
         await redis.aclose()
         await http.close()
@@ -175,6 +179,51 @@ async def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _host_json(h: HostRow) -> dict[str, object]:
+    return {
+        "name": h.name, "beatAt": h.beat_at, "startedAt": h.started_at, "staleMs": h.stale_ms,
+        "stale": _stale(h), "routes": h.routes, "caps": sorted(h.caps), "running": h.running,
+        "concurrency": h.concurrency, "version": h.version, "tz": h.tz, "image": h.image,
+    }
+
+
+def _stale(h: HostRow) -> bool:
+    # An undatable beat is no evidence of life either: the router would not route to it.
+    return h.stale_ms is None or h.stale_ms > ROUTE_FRESH_MS
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+async def hosts_command(args: argparse.Namespace) -> int:
+    """Every host with a row (members whose row expired are pruned on the way, and not shown)."""
+    settings = load_settings()
+    redis = await _with_redis(settings)
+    try:
+        hosts = await read_live_hosts(redis, Keys(settings.key_prefix), now_ms())
+    except RegistryUnreachable as exc:
+        raise InfraError(f"Redis at REDIS_URL did not answer the registry read ({exc.reason})") from None
+    finally:
+        await redis.aclose()
+    if args.json:
+        sys.stdout.write(msgspec.json.encode({"hosts": [_host_json(h) for h in hosts]}).decode() + "\n")
+        return 0
+    if not hosts:
+        print("no live hosts (workers write pd:host:<name> every 15 s)")
+        return 0
+    width = max(len("NAME"), *(len(h.name) for h in hosts))
+    print(f"{'NAME':<{width}}  {'BEAT':>6}  {'ROUTES':<6}  {'RUNNING':<7}  {'VERSION':<10}  CAPS")
+    for h in hosts:
+        beat = "?" if h.stale_ms is None else f"{h.stale_ms // 1000}s"
+        load = f"{_n(h.running)}/{_n(h.concurrency)}"
+        caps = ",".join(sorted(h.caps)) or "-"
+        mark = "  stale" if _stale(h) else ""
+        print(f"{h.name:<{width}}  {beat:>6}  {'yes' if h.routes else 'no':<6}  {load:<7}  "
+              f"{(h.version or '-'):<10}  {caps}{mark}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
         "router",
@@ -203,3 +252,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     rp.add_argument("delivery")
     rp.add_argument("--forge", choices=events.FORGES)
     rp.set_defaults(func=replay_command)
+
+    ho = sub.add_parser("hosts", help="every host with a live registry row: beat, routes, caps, load")
+    ho.add_argument("--json", action="store_true", help='one JSON object {"hosts": [...]} for scripts')
+    ho.set_defaults(func=hosts_command)

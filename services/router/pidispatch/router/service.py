@@ -42,8 +42,9 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Event, Fields, decode_fields, job_to_fields
+from pidispatch.common.models import Event, Fields, Job, decode_fields, job_to_fields
 from pidispatch.common.redis import Redis
+from pidispatch.common.registry import HostCache, job_needs, route_job
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import ENQUEUE
 from pidispatch.common.settings import Settings
@@ -163,6 +164,7 @@ class Router:
         self.clock, self.consumer, self.self_ids, self.ask = clock, consumer, self_ids, ask
         self.log = get_logger()
         self._enqueue = redis.register_script(ENQUEUE)
+        self.hosts = HostCache(redis, keys, clock)
         self._group_ready = False
         self._backlog: str | None = "0"  # cursor through our own pending entries; None once drained
         self._claim_cursor = "0-0"
@@ -350,19 +352,41 @@ class Router:
             w.outcome = Outcome("dropped", reason=w.decision.reason)
             self.log.info("dropped", delivery=w.event.delivery, reason=w.decision.reason)
 
+    async def _stream_for(self, job: Job) -> str:
+        """The job's stream: a capable host's (spec ingest §6), else the shared one. Never raises."""
+        needs = job_needs(job)
+        if not needs:
+            return self.keys.jobs  # most jobs: no registry read, not even a cache lookup
+        try:
+            host = route_job(needs, await self.hosts.hosts(), job.id)
+        except Exception:  # a routing hint must never cost a job: the shared stream is always right
+            return self.keys.jobs
+        if host is None:
+            return self.keys.jobs
+        # Host names are topology: they reach this log, never a forge comment.
+        self.log.info("forge_job_routed", kind=job.kind, host=host, needs=",".join(needs))
+        return self.keys.host_jobs(host)
+
     async def _enqueue_page(self, fires: list[_Work]) -> None:
         """Every replica of every firing entry through the ENQUEUE script, in one pipeline."""
         now = self.clock()
+        routed: list[tuple[_Work, list[tuple[Job, str, str]]]] = []
+        for w in fires:
+            assert isinstance(w.decision, Fire)
+            # Per replica: replica ids differ, so replicas spread over capable hosts.
+            routed.append((w, [
+                (job, semantic, await self._stream_for(job))
+                for job, semantic in jobs.planned(w.decision.job, now)
+            ]))
         plans: list[tuple[_Work, list[str]]] = []
         async with self.redis.pipeline(transaction=False) as pipe:
-            for w in fires:
-                assert isinstance(w.decision, Fire)
+            for w, planned in routed:
                 ids = []
-                for job, semantic in jobs.planned(w.decision.job, now):
+                for job, semantic, stream in planned:
                     pairs = list(chain.from_iterable(job_to_fields(job).items()))
                     # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
                     await self._enqueue(
-                        keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), self.keys.jobs],
+                        keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), stream],
                         args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
                         client=pipe,
                     )

@@ -1,0 +1,308 @@
+"""The host registry: what each host can serve, who is alive, and which host stream a job belongs on
+(spec worker §3, spec ingest §6).
+
+Routing is decided at enqueue, never by pick-and-put-back: a job that names a secret profile or a wait
+profile can only run where that profile is declared, and the router is the one place that sees every
+job before a worker does. Everything here fails open onto the shared stream ``pd:jobs``, which is where
+the job would have gone without a registry: the worst a bad read can do is fail to improve on it.
+
+Rows are written by other processes, so every field is re-validated on read: a peer decides nothing
+about where money-spending work goes beyond what its names and numbers say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+import msgspec
+from redis.exceptions import RedisError
+
+from pidispatch.common.health import Health
+from pidispatch.common.keys import Keys
+from pidispatch.common.models import Job, decode_fields
+from pidispatch.common.redis import Redis
+from pidispatch.common.settings import WORKER_NAME_RE
+
+# The name charset excludes ',' (so a token list joins unambiguously) and ':' (so a token splits at
+# its first colon). Always used with fullmatch: '$' alone would accept a trailing newline.
+TOKEN_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+CAP_SECRET = "s"
+CAP_WAIT = "w"
+_CLASSES = (CAP_SECRET, CAP_WAIT)
+
+# A host is routed to only with evidence of life: three missed 15 s beats, far stricter than the 90 s
+# row TTL, because a job routed onto a dead host's stream waits until that host (or the rerouter) acts.
+ROUTE_FRESH_MS = 45_000
+# The router's registry cache: one read per window instead of one per delivery; a beat is 15 s.
+HOSTS_CACHE_TTL_MS = 5_000
+# A routing hint is never worth making the router wait longer than this for the registry.
+REGISTRY_READ_TIMEOUT_S = 1.5
+
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+_DRIVE_RE = re.compile(r"^[A-Za-z]:[\\/]")
+_INT_RE = re.compile(r"^[0-9]{1,16}$")
+# Longest free-text value kept from a peer's row (version, tz, image): enough for a pinned digest.
+_TEXT_MAX = 200
+
+# Prune a member only if its row is still absent: a host that beat between our read and this call
+# keeps its membership.
+_PRUNE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 0
+"""
+
+
+class RegistryUnreachable(Exception):
+    """The registry could not be read: never the same thing as "no hosts"."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class HostRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One host's row, as re-validated by the reader. ``stale_ms`` is None when the beat is undatable."""
+
+    name: str
+    beat_at: int | None = None
+    started_at: int | None = None
+    version: str = ""
+    routes: bool = False
+    caps: frozenset[str] = frozenset()
+    concurrency: int | None = None
+    running: int | None = None
+    tz: str = ""
+    image: str = ""
+    stale_ms: int | None = None
+
+
+# ---- capability tokens ---------------------------------------------------------------------------
+
+
+def _token(cls: str, name: object) -> str | None:
+    return f"{cls}:{name}" if isinstance(name, str) and TOKEN_NAME_RE.fullmatch(name) else None
+
+
+def capability_tokens(secret_profiles: Iterable[str], wait_profiles: Iterable[str]) -> list[str]:
+    """This host's tokens from its profile NAMES (never the resolver paths), sorted so the published
+    value is stable from beat to beat."""
+    out = {_token(CAP_SECRET, n) for n in secret_profiles} | {_token(CAP_WAIT, n) for n in wait_profiles}
+    return sorted(t for t in out if t is not None)
+
+
+def parse_caps(text: str | None) -> frozenset[str]:
+    """A peer's ``caps`` value, re-validated: unknown classes, bad names and empty halves are dropped."""
+    out = set()
+    for part in (text or "").split(","):
+        cls, sep, name = part.partition(":")
+        if sep and cls in _CLASSES and TOKEN_NAME_RE.fullmatch(name):
+            out.add(part)
+    return frozenset(out)
+
+
+def job_needs(job: Job) -> list[str]:
+    """The tokens a job needs: ``s:<secretsProfile>`` and ``w:<profile>`` per wait condition.
+
+    A job with ``secrets`` but no ``secretsProfile`` resolves through the worker's ``default`` profile,
+    yet needs nothing here: the original's ``jobNeeds`` reads only ``secretsProfile``, and we keep its
+    decisions (such a job stays on the shared stream and a host without ``default`` refuses it).
+    """
+    needs = {_token(CAP_SECRET, job.secrets_profile)} if job.secrets_profile is not None else set()
+    for condition in job.wait_for or ():
+        if isinstance(condition, Mapping) and "profile" in condition:
+            needs.add(_token(CAP_WAIT, condition["profile"]))
+    return sorted(n for n in needs if n is not None)
+
+
+def path_shaped(value: str) -> bool:
+    """A value that looks like a filesystem path: it would tell every reader of Redis a host's layout."""
+    return value.startswith(("/", "\\")) or "\\" in value or bool(_DRIVE_RE.match(value))
+
+
+# ---- rows ----------------------------------------------------------------------------------------
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and _INT_RE.fullmatch(value) else None
+
+
+def _text(value: str | None) -> str:
+    # A path-shaped value is refused at write; a peer that wrote one anyway is not echoed.
+    if not value or path_shaped(value):
+        return ""
+    return value[:_TEXT_MAX]
+
+
+def valid_host_name(name: str) -> bool:
+    return bool(WORKER_NAME_RE.fullmatch(name)) and not name.endswith((".json", ".log"))
+
+
+def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
+    """A row as text fields -> HostRow, or None when its name is not a valid worker name."""
+    name = fields.get("name", "")
+    if not valid_host_name(name):
+        return None
+    beat_at = _int(fields.get("beatAt"))
+    return HostRow(
+        name=name,
+        beat_at=beat_at,
+        started_at=_int(fields.get("startedAt")),
+        version=_text(fields.get("version")),
+        routes=fields.get("routes") == "true",
+        caps=parse_caps(fields.get("caps")),
+        concurrency=_int(fields.get("concurrency")),
+        running=_int(fields.get("running")),
+        tz=_text(fields.get("tz")),
+        image=_text(fields.get("image")),
+        stale_ms=max(0, now_ms - beat_at) if beat_at is not None else None,
+    )
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+async def _read(redis: Redis, keys: Keys, now_ms: int) -> list[HostRow]:
+    members = sorted({_s(m) for m in await redis.smembers(keys.hosts)})  # type: ignore[misc]
+    if not members:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        for member in members:
+            pipe.hgetall(keys.host(member))
+        raws = await pipe.execute()
+    rows, gone = [], []
+    for member, raw in zip(members, raws, strict=True):
+        if not raw:
+            gone.append(member)  # the row expired: the set is an index that readers keep tidy
+            continue
+        fields = decode_fields(raw)
+        row = parse_row({"name": member, **fields}, now_ms)
+        # A row that names another host than its key is not trusted; one bad row skips only itself.
+        if row is not None and row.name == member:
+            rows.append(row)
+    if gone:
+        async with redis.pipeline(transaction=False) as pipe:
+            for member in gone:
+                pipe.eval(_PRUNE, 2, keys.host(member), keys.hosts, member)
+            await pipe.execute()
+    return sorted(rows, key=lambda r: r.name)
+
+
+async def read_live_hosts(
+    redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float = REGISTRY_READ_TIMEOUT_S
+) -> list[HostRow]:
+    """Every host with a row, sorted by name; expired members are pruned from ``keys.hosts``.
+
+    Raises ``RegistryUnreachable`` when Redis does not answer within ``timeout_s``: an empty list
+    always means "nobody is registered", never "could not look".
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read(redis, keys, now_ms)
+    except TimeoutError:
+        raise RegistryUnreachable("timeout") from None
+    except (RedisError, OSError) as exc:
+        raise RegistryUnreachable(type(exc).__name__) from None
+
+
+# ---- routing -------------------------------------------------------------------------------------
+
+
+def fnv1a32(text: str) -> int:
+    """FNV-1a 32-bit over UTF-16 code units, as the original computes it from ``charCodeAt``."""
+    data = text.encode("utf-16-le", errors="surrogatepass")
+    h = _FNV_OFFSET
+    for i in range(0, len(data), 2):
+        h = ((h ^ (data[i] | data[i + 1] << 8)) * _FNV_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def route_job(
+    needs: Sequence[str], hosts: Sequence[HostRow], job_id: str, *, exclude: str | None = None
+) -> str | None:
+    """The host whose stream this job belongs on, or None for the shared stream.
+
+    Four abstentions, each landing on the shared stream (spec ingest §6.3): the job needs nothing
+    host-specific; every live host can serve it (the shared stream load-balances); no live host can
+    (the worker's pre-spend refusal names what to fix); no capable host drains a stream of its own.
+    Otherwise FNV-1a of the job id picks among the capable routable hosts: a redelivery lands the same
+    way and replicas (whose ids differ) spread.
+    """
+    if not needs:
+        return None
+    live = [
+        h for h in hosts
+        if h.name != exclude and h.stale_ms is not None and h.stale_ms <= ROUTE_FRESH_MS
+    ]
+    wanted = set(needs)
+    capable = [h for h in live if wanted <= h.caps]
+    if not capable or len(capable) == len(live):
+        return None
+    routable = sorted({h.name for h in capable if h.routes})
+    if not routable:
+        return None
+    return routable[fnv1a32(job_id) % len(routable)]
+
+
+# ---- the router's cache --------------------------------------------------------------------------
+
+
+class HostReader(Protocol):
+    def __call__(
+        self, redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float
+    ) -> Awaitable[list[HostRow]]: ...
+
+
+class HostCache:
+    """The registry as the router sees it: re-read at most once per ``ttl_ms``, one read in flight.
+
+    A failed read is cached as [] for the same window, so an unreachable Redis costs one bounded read
+    per window rather than one per delivery, and every job meanwhile goes to the shared stream.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        clock: Callable[[], int],
+        *,
+        ttl_ms: int = HOSTS_CACHE_TTL_MS,
+        timeout_s: float = REGISTRY_READ_TIMEOUT_S,
+        read: HostReader = read_live_hosts,
+    ) -> None:
+        self.redis, self.keys, self.clock = redis, keys, clock
+        self.ttl_ms, self.timeout_s, self.read = ttl_ms, timeout_s, read
+        self.health = Health("host_registry_unreachable", "host_registry_restored")
+        self._hosts: list[HostRow] = []
+        self._at: int | None = None
+        self._inflight: asyncio.Task[list[HostRow]] | None = None
+
+    async def hosts(self) -> list[HostRow]:
+        if self._at is not None and self.clock() - self._at < self.ttl_ms:
+            return self._hosts
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._refresh())
+        # Shielded: a caller cancelled mid-wait must not cancel the read every other caller awaits.
+        return await asyncio.shield(self._inflight)
+
+    async def _refresh(self) -> list[HostRow]:
+        try:
+            try:
+                hosts = await self.read(self.redis, self.keys, self.clock(), timeout_s=self.timeout_s)
+                self.health.ok()
+            except RegistryUnreachable as exc:
+                hosts = []
+                self.health.failed(reason=exc.reason)
+            except Exception as exc:  # a routing hint fails open onto the shared stream, whatever broke
+                hosts = []
+                self.health.failed(reason=type(exc).__name__)
+            self._hosts, self._at = hosts, self.clock()
+            return hosts
+        finally:
+            self._inflight = None  # even when cancelled, so the next caller starts a fresh read

@@ -1,0 +1,213 @@
+"""Jobs routed to a host that died before reading them go to another capable host, or to ``pd:jobs``
+(issue 6 §3a: beyond the original, because a stream hand-off can be one atomic script).
+
+A host is dead when its row ``pd:host:<name>`` has expired (90 s without a beat). Only entries its
+worker never read are moved: those are beyond the ``workers`` group's last-delivered id (or the stream
+has no group yet). Entries already delivered and still pending belong to the workers' takeover, which
+knows whether a container was started. Each move is one script that re-checks "still there, still not
+delivered" and appends the copy and deletes the original together, so a worker starting on its stream
+meanwhile, or a second router doing the same, can never make a job run twice or vanish.
+
+Only forge jobs move: a local or cron job names a folder on its own host's disk and waits there for
+that host to come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError, ResponseError
+
+from pidispatch.common.health import Backoff, Health
+from pidispatch.common.keys import WORKER_GROUP, Keys
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import Fields, decode_fields, job_from_fields
+from pidispatch.common.redis import Redis
+from pidispatch.common.registry import (
+    HostRow,
+    RegistryUnreachable,
+    job_needs,
+    read_live_hosts,
+    route_job,
+    valid_host_name,
+)
+from pidispatch.router.triggers import FORGE_KINDS
+
+REROUTE_INTERVAL_S = 15.0  # one host beat: a dead host's backlog moves within a beat of its row expiring
+REROUTE_PAGE = 100
+
+# Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
+# KEYS: source stream, target stream. ARGV: group, entry id.
+# Returns the new entry id, or false when the entry is gone or was delivered meanwhile.
+_MOVE = """
+local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+if #entry == 0 then
+  return false
+end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local em, es = parse(ARGV[2])
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  if name == ARGV[1] then
+    local lm, ls = parse(last)
+    if em < lm or (em == lm and es <= ls) then
+      return false
+    end
+  end
+end
+local id = redis.call('XADD', KEYS[2], '*', unpack(entry[1][2]))
+redis.call('XDEL', KEYS[1], ARGV[2])
+return id
+"""
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _after(entry_id: str) -> str:
+    """The smallest id greater than ``entry_id`` (XRANGE's ``(`` form needs Redis 6.2)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
+
+
+async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
+    """Every host stream by host name: found in the keyspace, plus those of registered hosts."""
+    base = keys.host_jobs("")
+    found: dict[str, str] = {}
+    async for key in redis.scan_iter(match=keys.host_jobs("*"), _type="stream", count=500):
+        name = _s(key)[len(base):]
+        if valid_host_name(name):
+            found[name] = _s(key)
+    for member in await redis.smembers(keys.hosts):  # type: ignore[misc]
+        name = _s(member)
+        if valid_host_name(name):
+            found.setdefault(name, keys.host_jobs(name))
+    return found
+
+
+async def dead_hosts(redis: Redis, keys: Keys, names: list[str]) -> list[str]:
+    """The names whose liveness row no longer exists."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.exists(keys.host(name))
+        alive = await pipe.execute()
+    return [name for name, n in zip(names, alive, strict=True) if not n]
+
+
+async def last_delivered(redis: Redis, stream: str) -> str | None:
+    """The ``workers`` group's last-delivered id, or None when nobody ever read the stream."""
+    try:
+        groups: list[dict[Any, Any]] = await redis.xinfo_groups(stream)
+    except ResponseError:
+        return None  # the stream is gone
+    for group in groups:
+        if _s(group.get("name", b"")) == WORKER_GROUP:
+            return _s(group["last-delivered-id"])
+    return None
+
+
+def target_for(fields: Fields, hosts: list[HostRow], dead: str, keys: Keys) -> str:
+    """Pure: where an undelivered forge job of ``dead`` belongs now (a capable live host, else shared)."""
+    try:
+        job, _ = job_from_fields(fields)
+        host = route_job(job_needs(job), hosts, job.id, exclude=dead)
+    except Exception:  # an entry that does not decode goes where a worker will dead-letter it
+        return keys.jobs
+    return keys.host_jobs(host) if host else keys.jobs
+
+
+class _Rerouter:
+    """One pass; reads the registry at most once, and only if some entry has to move."""
+
+    def __init__(self, redis: Redis, keys: Keys, now_ms: int) -> None:
+        self.redis, self.keys, self.now_ms = redis, keys, now_ms
+        self._hosts: list[HostRow] | None = None
+
+    async def live_hosts(self) -> list[HostRow]:
+        if self._hosts is None:
+            self._hosts = await read_live_hosts(self.redis, self.keys, self.now_ms)
+        return self._hosts
+
+    async def drain(self, host: str, stream: str) -> int:
+        """Move every undelivered forge job of ``host``'s stream; returns how many moved."""
+        last = await last_delivered(self.redis, stream)
+        start = _after(last) if last else "-"
+        moved = 0
+        while True:
+            page = await self.redis.xrange(stream, min=start, max="+", count=REROUTE_PAGE)
+            for raw_id, raw in page:
+                entry_id, fields = _s(raw_id), decode_fields(raw)
+                if fields.get("kind") not in FORGE_KINDS:
+                    continue  # a local job's folder is on that host's disk: it waits for its host
+                target = target_for(fields, await self.live_hosts(), host, self.keys)
+                if await self.redis.eval(_MOVE, 2, stream, target, WORKER_GROUP, entry_id):  # type: ignore[misc]
+                    moved += 1
+            if len(page) < REROUTE_PAGE:
+                return moved
+            start = _after(_s(page[-1][0]))
+
+
+async def reroute_orphans(redis: Redis, keys: Keys, now_ms: int) -> int:
+    """One pass over every dead host's stream; returns how many entries moved.
+
+    Raises RedisError / RegistryUnreachable when Redis does not answer (nothing half-moved: each entry
+    moves in one script).
+    """
+    streams = await host_streams(redis, keys)
+    if not streams:
+        return 0
+    rerouter = _Rerouter(redis, keys, now_ms)
+    total = 0
+    for host in await dead_hosts(redis, keys, sorted(streams)):
+        try:
+            moved = await rerouter.drain(host, streams[host])
+        except ResponseError as exc:
+            # One unusable key (not a stream, say) must not hold up every other dead host's jobs.
+            get_logger().warning("reroute_skipped", from_host=host, error=str(exc).split(" ", 1)[0])
+            continue
+        if moved:
+            get_logger().info("jobs_rerouted", from_host=host, count=moved)
+        total += moved
+    return total
+
+
+async def run_rerouter(
+    redis: Redis,
+    keys: Keys,
+    stop: asyncio.Event,
+    clock: Callable[[], int],
+    *,
+    interval_s: float = REROUTE_INTERVAL_S,
+) -> None:
+    """Re-route dead hosts' unread jobs every ``interval_s`` until ``stop``; rides out Redis outages.
+
+    Any number of routers may run this at once: every move is one atomic script.
+    """
+    log = get_logger()
+    health = Health("rerouter_redis_unreachable", "rerouter_redis_restored")
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            await reroute_orphans(redis, keys, clock())
+        except (RedisError, OSError, RegistryUnreachable) as exc:
+            health.failed(reason=getattr(exc, "reason", type(exc).__name__))
+            await backoff.pause(stop)
+            continue
+        except Exception as exc:  # housekeeping: a bug here must not stop the router
+            log.error("reroute_error", error=type(exc).__name__)
+        else:
+            health.ok()
+            backoff.reset()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
