@@ -34,3 +34,17 @@ local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])
 if #r == 0 then return false end
 return r[#r][1]
 """
+
+# Hand a job this worker holds but cannot serve to another host's stream, at most once per delivery:
+# the copy is appended and the original acked together, and only while the original is still pending
+# for the group (a peer that took it over meanwhile keeps it).
+# KEYS: source stream, target stream. ARGV: group, entry id, then field/value pairs for the copy.
+# Returns the new entry id, or false when the entry is no longer pending.
+FORWARD = """
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
+  return false
+end
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return id
+"""

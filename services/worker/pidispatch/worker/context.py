@@ -6,13 +6,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiodocker
+import aiohttp
 from redis.exceptions import RedisError
 
+from pidispatch.common.forges import ForgeConfig, load_forge_config
+from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.health import Health
 from pidispatch.common.keys import JOB_STATE_TTL_S, Keys
 from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings
+from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import Abort
 
 Clock = Callable[[], int]
@@ -28,6 +32,14 @@ class Context:
     env: Mapping[str, str]  # the worker's environment: provider keys, PI_FORWARD_ENV values, resolvers
     redis_health: Health
     busy_folders: set[str] = field(default_factory=set)
+    # This host's capability tokens (``s:<secret profile>``), published in its liveness row.
+    caps: frozenset[str] = frozenset()
+    # The fleet's run history (spec worker §4.4): only hosts with a declared name mirror their records.
+    mirror: Mirror | None = None
+    # Forge access for forge jobs (tokens, tips, protection, comments); None in a worker without HTTP.
+    forges: ForgeConfig = field(default_factory=lambda: load_forge_config({}))
+    http: aiohttp.ClientSession | None = None
+    github_auth: GithubAuth | None = None
 
     @property
     def host(self) -> str:

@@ -20,8 +20,11 @@ from pidispatch.common.health import Backoff
 from pidispatch.common.keys import DEFER_MS, JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to_fields
+from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead
+from pidispatch.worker.answers import answer_for, post_answer
 from pidispatch.worker.context import Context, Held, set_state
+from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, run_ladder, settle_result
 from pidispatch.worker.outcome import InfraFault, Outcome
@@ -57,8 +60,10 @@ async def process(ctx: Context, held: Held) -> None:
     try:
         if held.origin != "new" and await _settle_earlier(ctx, held, job, attempt):
             return
+        if await forward_if_unservable(ctx, held, job):
+            return
         await _attempt(ctx, held, job, attempt)
-    except (DockerUnavailable, RedisError) as exc:
+    except (DockerUnavailable, RedisError, RegistryUnreachable) as exc:
         raise Hold(exc) from None
 
 
@@ -205,7 +210,8 @@ async def _conclude(
         provider=(job.provider or ctx.settings.provider) if result else None,
         model=(job.model or ctx.settings.model) if result else None,
     )
-    await write_record(ctx.settings.logs_dir, record)
+    if await write_record(ctx.settings.logs_dir, record) and ctx.mirror is not None:
+        await ctx.mirror.write(record, ctx.clock())
     await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry)
 
 
@@ -225,6 +231,10 @@ async def _after_record(
     terminal = {"state": outcome, "reason": reason or "", "endedAt": str(ctx.clock())}
     await _until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))
     log.info("job_finished", job=job.id, outcome=outcome, reason=reason, attempt=attempt)
+    # After the ack: a crash in between loses one comment rather than posting it twice.
+    text = answer_for(outcome, reason, local=job.kind == "local")
+    if text is not None:
+        await post_answer(ctx, job, text)
 
 
 async def _mark_terminal_and_ack(ctx: Context, held: Held, job_id: str, fields: dict[str, str]) -> None:

@@ -20,17 +20,21 @@ from aiodocker.exceptions import DockerError
 from redis.exceptions import RedisError
 
 from pidispatch.common.delayed import run_promoter
+from pidispatch.common.forges import create_http, load_forge_config
+from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields, decode_fields
 from pidispatch.common.redis import Redis
+from pidispatch.common.registry import capability_tokens
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
 from pidispatch.worker.container import LABEL_HOST, LABEL_JOB
 from pidispatch.worker.context import Context, Held
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.lifecycle import Hold, process
+from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import DockerUnavailable, force_remove
 from pidispatch.worker.upkeep import SlotKey, Upkeep
 from pidispatch.worker.workspace import ensure_jobs_dir
@@ -52,8 +56,13 @@ class Worker:
         stop: asyncio.Event, clock: Clock, env: Mapping[str, str],
     ) -> None:
         self.settings, self.redis, self.keys, self.docker, self.stop = settings, redis, keys, docker, stop
+        caps = frozenset(capability_tokens((name for name, _ in settings.secret_profiles), ()))
+        mirror = Mirror(redis, keys, settings.log_retention_days) if settings.worker_name_declared else None
         self.ctx = Context(
-            settings, redis, keys, docker, clock, env, Health("redis_unreachable", "redis_restored")
+            settings, redis, keys, docker, clock, env, Health("redis_unreachable", "redis_restored"),
+            caps=caps,
+            mirror=mirror,
+            forges=load_forge_config(env),  # validated now: a bad forge variable refuses the start (exit 2)
         )
         self.consumer = settings.worker_name
         own = [keys.host_jobs(settings.worker_name)] if settings.worker_name_declared else []
@@ -82,6 +91,9 @@ class Worker:
             streams=len(self.streams), retry_attempts=self.settings.retry_attempts,
             daily_cap=self.settings.daily_cap,
         )
+        self.ctx.http = create_http()
+        if self.ctx.forges.github.configured:
+            self.ctx.github_auth = GithubAuth(self.ctx.forges, self.ctx.http, self.ctx.clock)
         background = [
             asyncio.create_task(self.upkeep.run_heartbeat()),
             asyncio.create_task(self.upkeep.run_cancel_poll()),
@@ -95,6 +107,7 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             if not left:
                 await self.upkeep.remove_row()
+            await self.ctx.http.close()
 
     async def _ensure_groups(self) -> bool:
         backoff = Backoff()

@@ -13,12 +13,13 @@ import contextlib
 import time
 from collections.abc import Mapping
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from pidispatch.common import __version__
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields
+from pidispatch.common.registry import path_shaped
 from pidispatch.common.streams import Entry, ack
 from pidispatch.worker.context import Context, Held
 from pidispatch.worker.runner import OPERATOR_CANCEL
@@ -37,12 +38,13 @@ class Upkeep:
         self.ctx, self.streams, self.slots, self.stop = ctx, streams, slots, stop
         self.started_ms = ctx.clock()
         self.log = get_logger()
+        self.refused: set[str] = set()
 
     # ---- liveness -----------------------------------------------------------------------------------
 
     def row(self) -> dict[str, str]:
         s = self.ctx.settings
-        return {
+        fields = {
             "name": s.worker_name,
             "beatAt": str(self.ctx.clock()),
             "startedAt": str(self.started_ms),
@@ -52,7 +54,18 @@ class Upkeep:
             "running": str(len(self.slots)),
             "tz": self.ctx.env.get("TZ") or time.tzname[0],
             "image": s.job_image,
+            "caps": ",".join(sorted(self.ctx.caps)),
         }
+        clean = {}
+        for name, value in fields.items():
+            # Names, numbers and digests only: a path would tell every reader of Redis this host's layout.
+            if path_shaped(value):
+                if name not in self.refused:
+                    self.refused.add(name)
+                    self.log.warning("host_registry_field_refused", field=name, reason="path-shaped")
+                continue
+            clean[name] = value
+        return clean
 
     async def beat(self) -> None:
         """Write the row, then re-claim every held entry to ourselves so its idle time starts over."""
@@ -115,12 +128,25 @@ class Upkeep:
 
     # ---- takeover -----------------------------------------------------------------------------------
 
+    async def _streams_to_watch(self) -> list[str]:
+        """The streams this worker drains, then every other host's stream: a dead host's pending jobs
+        are nobody's unless a peer claims them."""
+        others: set[str] = set()
+        async for key in self.ctx.redis.scan_iter(match=self.ctx.keys.host_jobs("*"), _type="stream"):
+            name = _text(key)
+            if name not in self.streams:
+                others.add(name)
+        return [*self.streams, *sorted(others)]
+
     async def claim_orphans(self, limit: int) -> list[Entry]:
         """Up to ``limit`` pending entries of hosts whose liveness row expired, claimed to this worker."""
         ctx, ttl = self.ctx, self.ctx.settings.host_ttl_ms
         claimed: list[Entry] = []
-        for stream in self.streams:
-            summary = await ctx.redis.xpending(stream, WORKER_GROUP)
+        for stream in await self._streams_to_watch():
+            try:
+                summary = await ctx.redis.xpending(stream, WORKER_GROUP)
+            except ResponseError:
+                continue  # no group yet: no worker ever read it, so nothing is pending there
             for row in summary.get("consumers") or []:
                 owner = _text(row["name"])
                 if owner == ctx.host or await ctx.redis.exists(ctx.keys.host(owner)):

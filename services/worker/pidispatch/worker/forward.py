@@ -1,0 +1,55 @@
+"""A job this host cannot serve goes once to a live host that can (issue 6: beyond the original's
+routing at enqueue, because a stream hand-off is one atomic script, not a race between clocks).
+
+Only capability needs (``s:<secret profile>``, ``w:<wait profile>``) are considered. A job forwarded
+once is never forwarded again: if it cannot be served where it lands, that host refuses it with the
+spec's reason, so a job can neither bounce between hosts nor vanish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+from pidispatch.common.keys import WORKER_GROUP
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import Job
+from pidispatch.common.registry import ROUTE_FRESH_MS, HostRow, fnv1a32, job_needs, read_live_hosts
+from pidispatch.common.scripts import FORWARD
+from pidispatch.worker.context import Context, Held
+
+FORWARDED_FIELD = "forwardedBy"
+
+
+def forward_target(
+    needs: Sequence[str], caps: frozenset[str], hosts: Sequence[HostRow], job_id: str, me: str
+) -> str | None:
+    """Pure: the host to hand this job to, or None to keep it (servable here, or nobody else can)."""
+    if not needs or set(needs) <= caps:
+        return None
+    names = sorted(
+        h.name for h in hosts
+        if h.name != me and h.routes and h.stale_ms is not None and h.stale_ms <= ROUTE_FRESH_MS
+        and set(needs) <= h.caps
+    )
+    return names[fnv1a32(job_id) % len(names)] if names else None
+
+
+async def forward_if_unservable(ctx: Context, held: Held, job: Job) -> bool:
+    """True when the job was handed to another host (and acked here). Raises RegistryUnreachable or
+    RedisError when Redis cannot answer: the job is then held, never refused for want of a registry."""
+    needs = job_needs(job)
+    if not needs or set(needs) <= ctx.caps or held.fields.get(FORWARDED_FIELD):
+        return False
+    hosts = await read_live_hosts(ctx.redis, ctx.keys, ctx.clock())
+    target = forward_target(needs, ctx.caps, hosts, job.id, ctx.host)
+    if target is None:
+        return False
+    fields = {**held.fields, FORWARDED_FIELD: ctx.host}
+    moved = await ctx.redis.eval(
+        FORWARD, 2, held.stream, ctx.keys.host_jobs(target), WORKER_GROUP, held.entry_id,
+        *chain.from_iterable(fields.items()),
+    )
+    if moved:
+        get_logger().info("job_forwarded", job=job.id, to_host=target, needs=",".join(needs))
+    return True
