@@ -7,6 +7,11 @@ route (``forge.script("permission", reply(502))``): a scripted reply wins over t
 
 Later issues extend this module (token minting for jobs, comments, git over HTTP) by adding
 ``register_*`` functions and state keys; nothing here is specific to one test file.
+
+Forge jobs (the worker's ``forgeapi``): every fake also serves its repository, branch, protection and
+comment endpoints. ``set_repo(forge, key, ...)`` declares a repository (default branch, tip sha, the clone
+URL to hand out, protected or not); an undeclared one answers 404 like the real API. Posted comments land
+in ``forge.state["comments"]`` (``posted(forge)``); ``forge.answer(route, status)`` scripts a status.
 """
 
 from __future__ import annotations
@@ -118,6 +123,12 @@ class FakeForge:
         """The next calls of route ``name`` get these answers, in order, instead of the handler's."""
         self._scripts[name].extend(answers)
 
+    def answer(
+        self, name: str, status: int, *, headers: dict[str, str] | None = None, times: int = 1
+    ) -> None:
+        """Shorthand: the next ``times`` calls of route ``name`` answer ``status`` with a small JSON body."""
+        self.script(name, reply(status, {"message": f"scripted {status}"}, headers=headers, times=times))
+
     def calls(self, name: str | None = None) -> list[Recorded]:
         return [r for r in self.requests if name is None or r.route == name]
 
@@ -168,6 +179,54 @@ def _bearer(request: web.Request) -> str | None:
     return value[7:] if value.startswith("Bearer ") else None
 
 
+# --- repositories for forge jobs (shared by every fake) ------------------------------------------------
+
+TIP_SHA = "6dcb09b5b57875f334f61aebed695e2e4193db5e"  # the sha GitHub's own docs use
+
+
+@dataclass
+class FakeRepo:
+    """One repository as the fake serves it. ``clone_url=None`` hands out the fake's own URL in the
+    forge's shape; ``policies`` (Azure only) replaces the list ``protected`` would imply."""
+
+    default_branch: str | None = "main"
+    sha: str = TIP_SHA
+    clone_url: str | None = None
+    protected: bool = True
+    branches: dict[str, str] = field(default_factory=dict)  # other branches: name -> sha
+    path: str | None = None  # GitLab: path_with_namespace, also accepted in place of the id
+    id: str = "3411ebc1-d5aa-464f-9615-0b527bc66719"  # Azure: the repository GUID
+    policies: list[dict[str, Any]] | None = None
+
+    def sha_of(self, branch: str) -> str | None:
+        if branch == self.default_branch:
+            return self.sha
+        return self.branches.get(branch)
+
+
+def set_repo(forge: FakeForge, key: Any, **fields: Any) -> FakeRepo:
+    """Declare (or replace) a repository: ``owner/name`` on GitHub and Forgejo, the project id on GitLab
+    (``path=`` for its path), ``project/repository`` on Azure."""
+    repo = FakeRepo(**fields)
+    forge.state.setdefault("repos", {})[key] = repo
+    return repo
+
+
+def posted(forge: FakeForge) -> list[dict[str, Any]]:
+    """Comments posted so far: {repo, on (issue | pull_request), number, body}."""
+    return list(forge.state.get("comments", []))
+
+
+def _record_comment(forge: FakeForge, repo: Any, on: str, number: str, body: Any) -> None:
+    entry = {"repo": repo, "on": on, "number": int(number), "body": body}
+    forge.state.setdefault("comments", []).append(entry)
+
+
+def _repo_state(forge: FakeForge) -> None:
+    forge.state.setdefault("repos", {})
+    forge.state.setdefault("comments", [])
+
+
 # --- GitHub (REST v3; also GitHub Enterprise Server under /api/v3) -------------------------------------
 
 
@@ -206,11 +265,23 @@ def register_github(forge: FakeForge, prefix: str = "") -> None:
     })
     counter = itertools.count(1)
 
+    _repo_state(forge)
+
     def token_ok(request: web.Request) -> bool:
         token = _bearer(request)
         return token is not None and (
             token == forge.state["pat"] or token in forge.state["installation_tokens"]
         )
+
+    def repo_of(request: web.Request) -> tuple[str, FakeRepo] | None:
+        """The repository a token may see: an installation token scoped to names sees only those."""
+        m = request.match_info
+        scope = forge.state["installation_tokens"].get(_bearer(request) or "", {}).get("repositories")
+        if scope is not None and m["repo"] not in scope:
+            return None
+        key = f"{m['owner']}/{m['repo']}"
+        found = forge.state["repos"].get(key)
+        return None if found is None else (key, found)
 
     def jwt_ok(request: web.Request) -> bool:
         token, key = _bearer(request), forge.state["app_public_key"]
@@ -232,7 +303,7 @@ def register_github(forge: FakeForge, prefix: str = "") -> None:
         if request.match_info["installation"] != str(forge.state["installation_id"]):
             return not_found()
         token = f"ghs_minted{next(counter)}"
-        body = await request.json() if request.can_read_body else {}  # aiohttp keeps the read body
+        body = await request.json() if request.body_exists else {}  # aiohttp keeps the read body
         forge.state["installation_tokens"][token] = body
         expires = datetime.now(UTC) + timedelta(hours=1)
         return web.json_response({
@@ -260,8 +331,58 @@ def register_github(forge: FakeForge, prefix: str = "") -> None:
             return unauthorized()
         return web.json_response({"login": "pi-bot", "id": forge.state["user_id"], "type": "User"})
 
+    async def repository(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        if (found := repo_of(request)) is None:
+            return not_found()
+        key, repo = found
+        clone_url = repo.clone_url or f"{forge.url}/{key}.git"
+        return web.json_response({"id": 1296269, "name": key.split("/")[1], "full_name": key,
+                                  "private": False, "default_branch": repo.default_branch,
+                                  "clone_url": clone_url, "html_url": f"{forge.url}/{key}"})
+
+    async def branch(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        found = repo_of(request)
+        sha = found[1].sha_of(request.match_info["branch"]) if found else None
+        if found is None or sha is None:
+            return web.json_response({"message": "Branch not found"}, status=404)
+        return web.json_response({"name": request.match_info["branch"], "commit": {"sha": sha},
+                                  "protected": found[1].protected})
+
+    async def protection(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        found = repo_of(request)
+        if found is None:
+            return not_found()
+        if not found[1].protected or found[1].sha_of(request.match_info["branch"]) is None:
+            return web.json_response({"message": "Branch not protected"}, status=404)
+        return web.json_response({
+            "required_pull_request_reviews": {"required_approving_review_count": 1},
+            "enforce_admins": {"enabled": True}, "allow_force_pushes": {"enabled": False},
+        })
+
+    async def comment(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        if (found := repo_of(request)) is None:
+            return not_found()
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+            return web.json_response({"message": "Invalid request."}, status=422)
+        _record_comment(forge, found[0], "issue", request.match_info["number"], body["body"])
+        return web.json_response({"id": len(forge.state["comments"]), "body": body["body"]}, status=201)
+
     forge.route("GET", prefix + "/repos/{owner}/{repo}/collaborators/{login}/permission", "permission",
                 permission)
+    forge.route("GET", prefix + "/repos/{owner}/{repo}", "repo", repository)
+    forge.route("GET", prefix + "/repos/{owner}/{repo}/branches/{branch}", "branch", branch)
+    forge.route("GET", prefix + "/repos/{owner}/{repo}/branches/{branch}/protection", "protection",
+                protection)
+    forge.route("POST", prefix + r"/repos/{owner}/{repo}/issues/{number:\d+}/comments", "comment", comment)
     forge.route("POST", prefix + "/app/installations/{installation}/access_tokens", "access_tokens",
                 access_tokens)
     forge.route("GET", prefix + "/app", "app", app)
@@ -301,8 +422,72 @@ def register_gitlab(forge: FakeForge) -> None:
             return web.json_response({"message": "401 Unauthorized"}, status=401)
         return web.json_response({"id": forge.state["user_id"], "username": "pi-bot", "bot": True})
 
+    _repo_state(forge)
+
+    def project_of(request: web.Request) -> tuple[int, FakeRepo] | None:
+        ref = request.match_info["project"]  # the id, or the URL-encoded path (decoded here)
+        for key, repo in forge.state["repos"].items():
+            if str(key) == ref or (repo.path is not None and repo.path == ref):
+                return key, repo
+        return None
+
+    def refused(request: web.Request) -> web.Response | None:
+        if not token_ok(request):
+            return web.json_response({"message": "401 Unauthorized"}, status=401)
+        return None
+
+    async def project(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (no := refused(request)) is not None:
+            return no
+        if (found := project_of(request)) is None:
+            return web.json_response({"message": "404 Project Not Found"}, status=404)
+        key, repo = found
+        path = repo.path or f"group/project-{key}"
+        return web.json_response({
+            "id": key, "path_with_namespace": path, "default_branch": repo.default_branch,
+            "http_url_to_repo": repo.clone_url or f"{forge.url}/{path}.git",
+        })
+
+    async def branch(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (no := refused(request)) is not None:
+            return no
+        found = project_of(request)
+        sha = found[1].sha_of(request.match_info["branch"]) if found else None
+        if sha is None:
+            return web.json_response({"message": "404 Branch Not Found"}, status=404)
+        return web.json_response({"name": request.match_info["branch"], "commit": {"id": sha},
+                                  "protected": found[1].protected if found else False})
+
+    async def protected_branch(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (no := refused(request)) is not None:
+            return no
+        found = project_of(request)
+        if found is None or not found[1].protected or found[1].sha_of(request.match_info["branch"]) is None:
+            return web.json_response({"message": "404 Not found"}, status=404)
+        return web.json_response({"id": 1, "name": request.match_info["branch"],
+                                  "push_access_levels": [{"access_level": 40}], "allow_force_push": False})
+
+    def note(on: str) -> Handler:
+        async def handler(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+            if (no := refused(request)) is not None:
+                return no
+            if (found := project_of(request)) is None:
+                return web.json_response({"message": "404 Project Not Found"}, status=404)
+            body = await request.json()
+            if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+                return web.json_response({"error": "body is missing"}, status=400)
+            _record_comment(forge, found[0], on, request.match_info["iid"], body["body"])
+            return web.json_response({"id": len(forge.state["comments"]), "body": body["body"]}, status=201)
+        return handler
+
+    projects = "/api/v4/projects/{project}"
     forge.route("GET", r"/api/v4/projects/{project:\d+}/members/all/{user:\d+}", "member", member)
     forge.route("GET", "/api/v4/user", "user", user)
+    forge.route("GET", projects, "project", project)
+    forge.route("GET", projects + "/repository/branches/{branch}", "branch", branch)
+    forge.route("GET", projects + "/protected_branches/{branch}", "protected_branch", protected_branch)
+    forge.route("POST", projects + r"/issues/{iid:\d+}/notes", "issue_note", note("issue"))
+    forge.route("POST", projects + r"/merge_requests/{iid:\d+}/notes", "mr_note", note("pull_request"))
 
 
 def gitlab_forge() -> FakeForge:
@@ -335,9 +520,60 @@ def register_forgejo(forge: FakeForge) -> None:
             return unauthorized()
         return web.json_response({"id": forge.state["user_id"], "login": "pi-bot"})
 
-    forge.route("GET", "/api/v1/repos/{owner}/{repo}/collaborators/{login}/permission", "permission",
-                permission)
+    _repo_state(forge)
+    missing = {"message": "The target couldn't be found."}
+
+    def repo_of(request: web.Request) -> tuple[str, FakeRepo] | None:
+        key = f"{request.match_info['owner']}/{request.match_info['repo']}"
+        found = forge.state["repos"].get(key)
+        return None if found is None else (key, found)
+
+    async def repository(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        if (found := repo_of(request)) is None:
+            return web.json_response(missing, status=404)
+        key, repo = found
+        return web.json_response({"id": 5, "full_name": key, "default_branch": repo.default_branch,
+                                  "clone_url": repo.clone_url or f"{forge.url}/{key}.git", "empty": False})
+
+    async def branch(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        found = repo_of(request)
+        sha = found[1].sha_of(request.match_info["branch"]) if found else None
+        if found is None or sha is None:
+            return web.json_response(missing, status=404)
+        return web.json_response({"name": request.match_info["branch"], "commit": {"id": sha},
+                                  "protected": found[1].protected})
+
+    async def branch_protection(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        found = repo_of(request)
+        if found is None or not found[1].protected or found[1].sha_of(request.match_info["name"]) is None:
+            return web.json_response(missing, status=404)
+        return web.json_response({"rule_name": request.match_info["name"], "enable_push": False,
+                                  "required_approvals": 1})
+
+    async def comment(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if not token_ok(request):
+            return unauthorized()
+        if (found := repo_of(request)) is None:
+            return web.json_response(missing, status=404)
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+            return web.json_response({"message": "[Body]: Required"}, status=422)
+        _record_comment(forge, found[0], "issue", request.match_info["index"], body["body"])
+        return web.json_response({"id": len(forge.state["comments"]), "body": body["body"]}, status=201)
+
+    repos = "/api/v1/repos/{owner}/{repo}"
+    forge.route("GET", repos + "/collaborators/{login}/permission", "permission", permission)
     forge.route("GET", "/api/v1/user", "user", user)
+    forge.route("GET", repos, "repo", repository)
+    forge.route("GET", repos + "/branches/{branch}", "branch", branch)
+    forge.route("GET", repos + "/branch_protections/{name}", "branch_protection", branch_protection)
+    forge.route("POST", repos + r"/issues/{index:\d+}/comments", "comment", comment)
 
 
 def forgejo_forge() -> FakeForge:
@@ -366,11 +602,11 @@ def register_azure(forge: FakeForge, org: str = "fabrikam") -> None:
         "self_id": "6c3a1b9e-0000-4000-8000-00000000b07a", "self_account": "Pi-Bot@Example.com",
     })
 
-    def check(request: web.Request) -> web.Response | None:
+    def check(request: web.Request, version: str = "7.1-preview.1") -> web.Response | None:
         sent = request.headers.get("Authorization", "")
         if not hmac.compare_digest(sent, azure_basic(forge.state["token"])):
             return web.Response(status=401)
-        if request.query.get("api-version") != "7.1-preview.1":
+        if request.query.get("api-version") != version:
             return web.json_response({"message": "api-version missing"}, status=400)
         return None
 
@@ -415,11 +651,105 @@ def register_azure(forge: FakeForge, org: str = "fabrikam") -> None:
                  for c in forge.state["memberships"].get(subject, [])]
         return web.json_response({"count": len(value), "value": value})
 
+    _repo_state(forge)
+    register_azure_repos(forge, org, check)
+
     base = f"/{org}/_apis"
     forge.route("GET", f"{base}/connectionData", "connection", connection)
     forge.route("GET", f"{base}/graph/descriptors/{{key}}", "descriptor", descriptor)
     forge.route("GET", f"{base}/graph/users", "users", users)
     forge.route("GET", f"{base}/graph/memberships/{{descriptor}}", "memberships", memberships)
+
+
+def register_azure_repos(
+    forge: FakeForge, org: str, check: Callable[..., web.Response | None]
+) -> None:
+    """Git repositories, refs, branch policies and comments under ``/{org}/{project}/_apis``."""
+    missing = {"message": "TF401019: The Git repository does not exist or you do not have permissions."}
+
+    def repo_of(request: web.Request) -> tuple[str, FakeRepo] | None:
+        key = f"{request.match_info['project']}/{request.match_info['repository']}"
+        found = forge.state["repos"].get(key)
+        return None if found is None else (key, found)
+
+    async def repository(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (refused := check(request, "7.1")) is not None:
+            return refused
+        if (found := repo_of(request)) is None:
+            return web.json_response(missing, status=404)
+        key, repo = found
+        project, name = key.split("/")
+        # Azure's remoteUrl names the organisation as a user: https://org@dev.azure.com/org/project/_git/name
+        remote = repo.clone_url or forge.url.replace("://", f"://{org}@", 1) + f"/{org}/{project}/_git/{name}"
+        return web.json_response({
+            "id": repo.id, "name": name,
+            "project": {"id": "6ce954b1-ce1f-45d1-b94d-e6bf2464ba2c", "name": project},
+            "defaultBranch": None if repo.default_branch is None else f"refs/heads/{repo.default_branch}",
+            "remoteUrl": remote, "webUrl": f"{forge.url}/{org}/{project}/_git/{name}",
+        })
+
+    async def refs(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (refused := check(request, "7.1")) is not None:
+            return refused
+        if (found := repo_of(request)) is None:
+            return web.json_response(missing, status=404)
+        repo = found[1]
+        heads = dict(repo.branches)
+        if repo.default_branch is not None:
+            heads[repo.default_branch] = repo.sha
+        wanted = "refs/" + request.query.get("filter", "")
+        value = [{"name": f"refs/heads/{b}", "objectId": sha} for b, sha in sorted(heads.items())
+                 if f"refs/heads/{b}".startswith(wanted)]  # a prefix match, as Azure's filter is
+        return web.json_response({"value": value, "count": len(value)})
+
+    async def policies(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (refused := check(request, "7.1")) is not None:
+            return refused
+        project = request.match_info["project"]
+        rid, ref = request.query.get("repositoryId"), request.query.get("refName", "")
+        value: list[dict[str, Any]] = []
+        for key, repo in forge.state["repos"].items():
+            if key.split("/")[0] != project or repo.id != rid:
+                continue
+            if repo.policies is not None:
+                value = repo.policies
+            elif repo.protected and ref == f"refs/heads/{repo.default_branch}":
+                scope = [{"refName": ref, "matchKind": "exact", "repositoryId": rid}]
+                value = [{"id": 1, "isEnabled": True, "isBlocking": True,
+                          "type": {"displayName": "Minimum number of reviewers"},
+                          "settings": {"minimumApproverCount": 1, "scope": scope}}]
+        return web.json_response({"value": value, "count": len(value)})
+
+    async def workitem_comment(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (refused := check(request, "7.1-preview.4")) is not None:
+            return refused
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+            return web.json_response({"message": "text is required"}, status=400)
+        _record_comment(forge, request.match_info["project"], "issue", request.match_info["id"], body["text"])
+        return web.json_response({"id": len(forge.state["comments"]), "text": body["text"]})
+
+    async def pr_thread(forge: FakeForge, request: web.Request) -> web.StreamResponse:
+        if (refused := check(request, "7.1")) is not None:
+            return refused
+        if (found := repo_of(request)) is None:
+            return web.json_response(missing, status=404)
+        body = await request.json()
+        comments = body.get("comments") if isinstance(body, dict) else None
+        if not isinstance(comments, list) or len(comments) != 1 or not isinstance(comments[0], dict) \
+                or not isinstance(comments[0].get("content"), str):
+            return web.json_response({"message": "comments are required"}, status=400)
+        _record_comment(forge, found[0], "pull_request", request.match_info["id"], comments[0]["content"])
+        return web.json_response({"id": len(forge.state["comments"]), "comments": comments,
+                                  "status": body.get("status")})
+
+    apis = f"/{org}/{{project}}/_apis"
+    repo = apis + "/git/repositories/{repository}"
+    forge.route("GET", repo, "repository", repository)
+    forge.route("GET", repo + "/refs", "refs", refs)
+    forge.route("GET", apis + "/policy/configurations", "policies", policies)
+    forge.route("POST", apis + r"/wit/workItems/{id:\d+}/comments", "workitem_comment", workitem_comment)
+    forge.route("POST", repo + r"/pullRequests/{id:\d+}/threads", "pr_thread", pr_thread)
 
 
 def azure_forge(org: str = "fabrikam") -> FakeForge:

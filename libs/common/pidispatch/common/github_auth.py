@@ -182,6 +182,28 @@ class GithubAuth:
             return await self._installation_token(repo, permissions)
         raise GithubAuthRefused("GITHUB_AUTH_SOURCE is not set; accepted: gh, pat or app")
 
+    async def mint_job_token(self, repo: str) -> str:
+        """A fresh token for one job on ``repo`` (``owner/name``), never cached or shared between jobs.
+
+        ``app`` mints a new installation token scoped to that one repository name (owner stripped),
+        never installation-wide; ``pat`` returns the PAT; ``gh`` asks ``gh auth token`` again.
+        """
+        source = self.config.auth_source
+        if source == "pat":
+            pat = self.config.pat
+            return require_token(pat.reveal() if pat is not None else None, self.config.pat_var)
+        if source == "gh":
+            return await self._gh_token()
+        if source == "app":
+            try:
+                name = repo_name(repo)
+            except (ValueError, AttributeError):
+                raise GithubAuthRefused("a GitHub App job token needs an owner/name repository to be "
+                                        "scoped to; this job names none") from None
+            token, _ = await self._mint(name, {})
+            return token
+        raise GithubAuthRefused("GITHUB_AUTH_SOURCE is not set; accepted: gh, pat or app")
+
     async def jwt(self) -> str:
         """The App's own JWT (for ``/app`` endpoints), reused until a minute before it expires."""
         if self.config.auth_source != "app" or self.config.app_id is None:

@@ -1,0 +1,451 @@
+"""What the worker asks a forge for a forge job (spec worker §1.3 rows 13-14, §1.4, §1.5): a token for the
+job, the default branch and its tip, whether that branch is protected, and one comment on the item.
+
+One small client per forge behind ``ForgeApi``; ``forge_api`` picks it from the job's kind. Every answer
+comes from a fresh, bounded, no-redirect request (never from webhook fields). Failures are two-armed:
+a determinate refusal (401, 403 without a rate limit, 404, other 4xx, a redirect, an unusable answer) is
+a ``ConfigError`` the worker records as ``config-refused``; a transient one (429, a rate-limited 403, 5xx,
+no answer, a body that is not the documented JSON) is an ``InfraFault`` carrying only a reason token.
+No message here ever holds a token, a URL path, a repository name or a body.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+import yarl
+
+from pidispatch.common.errors import ConfigError
+from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
+from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
+from pidispatch.common.models import Job
+from pidispatch.common.secret import Secret
+from pidispatch.worker.outcome import InfraFault
+
+FORGE_API_TIMEOUT_S = 10.0
+# Reason tokens of retried forge faults (candidates for a shared constants module).
+UNAVAILABLE = "forge-unavailable"
+RATE_LIMITED = "forge-rate-limited"
+AZURE_API_VERSION = "7.1"
+AZURE_COMMENTS_API_VERSION = "7.1-preview.4"
+SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_REF_FORBIDDEN = frozenset(" ~^:?*[\\\x7f")
+TARGET_TYPES = ("issue", "pull_request")
+
+
+@dataclass(frozen=True)
+class Tip:
+    """The repository's default branch, its commit now, and where to fetch it from (no credentials)."""
+
+    default_branch: str
+    sha: str
+    clone_url: str
+
+
+class ForgeApi(Protocol):
+    async def mint(self) -> str: ...
+
+    async def tip(self, token: str) -> Tip: ...
+
+    async def protected(self, token: str, branch: str) -> bool: ...
+
+    async def comment(self, token: str, text: str) -> None: ...
+
+
+# --- pure checks -----------------------------------------------------------------------------------------
+
+
+def failure(
+    forge: str, status: int, headers: Mapping[str, str], what: str, variables: str
+) -> ConfigError | InfraFault:
+    """The exception for a non-2xx answer: rate limits and outages are retried, the rest is refused."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if status == 429 or (status == 403 and is_transient_status(status, lowered)):
+        return InfraFault(RATE_LIMITED)
+    if is_transient_status(status, lowered):
+        return InfraFault(UNAVAILABLE)
+    return ConfigError(f"the {forge} API refused {what} (HTTP {status}); check {variables} and that "
+                       "those credentials can read this repository")
+
+
+def check_branch(name: object, forge: str) -> str:
+    """A branch name git would accept as a ref component and that cannot pass as an option."""
+    if not isinstance(name, str) or not (
+        0 < len(name) <= 255 and name.isprintable() and not set(name) & _REF_FORBIDDEN
+        and not name.startswith(("-", "/", ".")) and not name.endswith(("/", ".", ".lock"))
+        and not any(bad in name for bad in ("..", "//", "@{", "/.")) and name != "@"
+    ):
+        raise ConfigError(f"the {forge} API named a default branch that is not a usable branch name; the "
+                          "repository's default branch must be an ordinary git branch")
+    return name
+
+
+def check_sha(value: object) -> str:
+    if not isinstance(value, str) or not SHA_RE.match(value):
+        raise InfraFault(UNAVAILABLE)  # the documented answer always has one: a garbled body
+    return value
+
+
+def check_clone_url(raw: object, api_base: str, forge: str) -> str:
+    """http(s), a host, no credentials, query or fragment; https unless the API itself is plain http."""
+    schemes = ("http", "https") if urlsplit(api_base).scheme == "http" else ("https",)
+    try:
+        parts = urlsplit(raw) if isinstance(raw, str) else None
+        host = parts.hostname if parts is not None else None
+        if parts is not None:
+            parts.port  # noqa: B018 -- raises ValueError on a bad port
+    except ValueError:
+        parts, host = None, None
+    if (
+        parts is None or not isinstance(raw, str) or not host or parts.scheme not in schemes
+        or "@" in parts.netloc or "?" in raw or "#" in raw or not raw.isprintable() or " " in raw
+    ):
+        accepted = " or ".join(f"{s}://host/path" for s in schemes)
+        raise ConfigError(f"the {forge} API answered a clone URL that is refused; accepted: {accepted} "
+                          "without credentials, query or fragment")
+    return raw
+
+
+def target_of(job: Job) -> tuple[str, int]:
+    """(type, number) of the item to comment on; a job without one has nowhere to be answered."""
+    t = job.target
+    if (
+        t is None or t.type not in TARGET_TYPES or isinstance(t.number, bool)
+        or not isinstance(t.number, int) or t.number < 1
+    ):
+        raise ConfigError("this job names no issue or pull request to comment on")
+    return t.type, t.number
+
+
+def seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _segment_ok(value: object) -> bool:
+    return (isinstance(value, str) and value not in ("", ".", "..") and value.isprintable()
+            and not any(c in "/?#" or c.isspace() for c in value))
+
+
+def owner_name(job: Job) -> tuple[str, str]:
+    owner, sep, name = job.repo.partition("/") if isinstance(job.repo, str) else ("", "", "")
+    if not sep or not _segment_ok(owner) or not _segment_ok(name):
+        raise ConfigError(f"a {job.kind} job needs its repository as owner/name; this job's is unusable")
+    return owner, name
+
+
+def _dig(data: object, *path: str) -> object:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _default_branch(value: object, forge: str) -> str:
+    if value is None:
+        raise ConfigError(f"the {forge} repository has no default branch (is it empty?); nothing to run on")
+    return check_branch(value, forge)
+
+
+# --- the shared request path -----------------------------------------------------------------------------
+
+
+class _Client:
+    forge: ClassVar[str]
+    variables: ClassVar[str]
+
+    def __init__(self, job: Job, http: aiohttp.ClientSession, api_base: str | None) -> None:
+        self.job, self.http, self._api_base = job, http, api_base
+
+    @property
+    def api_base(self) -> str:
+        if self._api_base is None:
+            raise ConfigError(f"a {self.forge} job needs {self.variables}")
+        return self._api_base
+
+    def headers(self, token: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    async def request(
+        self, method: str, url: str | yarl.URL, token: str, what: str, *, body: object = None,
+        absent_ok: bool = False,
+    ) -> Reply | None:
+        """One bounded call; ``None`` only for a 404 when ``absent_ok`` (the protection object)."""
+        target = yarl.URL(url, encoded=True) if isinstance(url, str) else url
+        try:
+            reply = await call(self.http, method, target, headers=self.headers(token), json=body,
+                               timeout_s=FORGE_API_TIMEOUT_S)
+        except (Unreachable, BadBody):
+            raise InfraFault(UNAVAILABLE) from None
+        if reply.status == 404 and absent_ok:
+            return None
+        # 203 is Azure's sign-in page for a refused credential; any other 2xx is an answer.
+        if reply.ok and reply.status != 203:
+            return reply
+        raise failure(self.forge, reply.status, reply.headers, what, self.variables)
+
+    async def get_object(self, url: str | yarl.URL, token: str, what: str) -> dict[str, Any]:
+        reply = await self.request("GET", url, token, what)  # never None: no 404 is let through here
+        try:
+            data = reply.json() if reply is not None else None
+        except BadBody:
+            raise InfraFault(UNAVAILABLE) from None
+        if not isinstance(data, dict):
+            raise InfraFault(UNAVAILABLE)
+        return data
+
+    async def exists(self, url: str | yarl.URL, token: str, what: str) -> bool:
+        return await self.request("GET", url, token, what, absent_ok=True) is not None
+
+    async def read_tip(
+        self, token: str, repo_url: str, *, clone_key: str, branches: str, sha_key: str
+    ) -> Tip:
+        """GitHub, GitLab and Forgejo alike: the repository names its default branch and the branch
+        names its commit."""
+        repo = await self.get_object(repo_url, token, "the repository lookup")
+        branch = _default_branch(repo.get("default_branch"), self.forge)
+        clone_url = check_clone_url(repo.get(clone_key), self.api_base, self.forge)
+        found = await self.get_object(f"{repo_url}/{branches}/{seg(branch)}", token, "the branch lookup")
+        return Tip(branch, check_sha(_dig(found, "commit", sha_key)), clone_url)
+
+    def pat(self, secret: Secret | None, variable: str) -> str:
+        value = secret.reveal().strip() if secret is not None else ""
+        if not value:
+            raise ConfigError(f"a {self.forge} job needs {variable}; it is unset or blank")
+        return value
+
+
+# --- GitHub (and GitHub Enterprise Server) ---------------------------------------------------------------
+
+
+class GithubApi(_Client):
+    forge = "github"
+    variables = "GITHUB_AUTH_SOURCE and its credentials (GITHUB_API_URL for Enterprise Server)"
+
+    def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
+                 auth: GithubAuth | None) -> None:
+        super().__init__(job, http, config.github.api_url)
+        owner, name = owner_name(job)
+        self.auth, self.repo_url = auth, f"{self.api_base}/repos/{seg(owner)}/{seg(name)}"
+
+    def headers(self, token: str) -> dict[str, str]:
+        return api_headers(token)
+
+    async def mint(self) -> str:
+        if self.auth is None:
+            raise ConfigError("a github job needs GITHUB_AUTH_SOURCE (gh, pat or app) and its credentials")
+        try:
+            return await self.auth.mint_job_token(self.job.repo)
+        except GithubAuthUnavailable as exc:
+            limited = exc.reason in ("status-429", "status-403")
+            raise InfraFault(RATE_LIMITED if limited else UNAVAILABLE) from None
+
+    async def tip(self, token: str) -> Tip:
+        return await self.read_tip(token, self.repo_url, clone_key="clone_url", branches="branches",
+                                   sha_key="sha")
+
+    async def protected(self, token: str, branch: str) -> bool:
+        url = f"{self.repo_url}/branches/{seg(check_branch(branch, self.forge))}/protection"
+        return await self.exists(url, token, "the branch protection lookup")
+
+    async def comment(self, token: str, text: str) -> None:
+        _, number = target_of(self.job)  # issues and pull requests share the issue comments endpoint
+        await self.request("POST", f"{self.repo_url}/issues/{number}/comments", token, "the comment",
+                           body={"body": text})
+
+
+# --- GitLab ----------------------------------------------------------------------------------------------
+
+
+class GitlabApi(_Client):
+    forge = "gitlab"
+    variables = "GITLAB_TOKEN (and GITLAB_URL for a self-hosted instance)"
+
+    def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
+        super().__init__(job, http, config.gitlab.url)
+        self.token = config.gitlab.token
+        pid = job.project_id
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+            project = str(pid)
+        elif isinstance(job.repo, str) and all(_segment_ok(p) for p in job.repo.split("/")):
+            project = seg(job.repo)  # GitLab takes the URL-encoded full path in place of the id
+        else:
+            raise ConfigError("a gitlab job needs its project id or path; this job's is unusable")
+        self.project_url = f"{self.api_base}/api/v4/projects/{project}"
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"PRIVATE-TOKEN": token, "Accept": "application/json"}
+
+    async def mint(self) -> str:
+        return self.pat(self.token, "GITLAB_TOKEN")
+
+    async def tip(self, token: str) -> Tip:
+        return await self.read_tip(token, self.project_url, clone_key="http_url_to_repo",
+                                   branches="repository/branches", sha_key="id")
+
+    async def protected(self, token: str, branch: str) -> bool:
+        url = f"{self.project_url}/protected_branches/{seg(check_branch(branch, self.forge))}"
+        return await self.exists(url, token, "the protected branch lookup")
+
+    async def comment(self, token: str, text: str) -> None:
+        kind, number = target_of(self.job)
+        items = "issues" if kind == "issue" else "merge_requests"
+        await self.request("POST", f"{self.project_url}/{items}/{number}/notes", token, "the comment",
+                           body={"body": text})
+
+
+# --- Forgejo / Gitea -------------------------------------------------------------------------------------
+
+
+class ForgejoApi(_Client):
+    forge = "forgejo"
+    variables = "FORGEJO_URL and FORGEJO_TOKEN"
+
+    def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
+        super().__init__(job, http, config.forgejo.url)
+        self.token = config.forgejo.token
+        self.owner, self.name = owner_name(job)
+
+    @property
+    def repo_url(self) -> str:
+        return f"{self.api_base}/api/v1/repos/{seg(self.owner)}/{seg(self.name)}"
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"Authorization": f"token {token}", "Accept": "application/json"}
+
+    async def mint(self) -> str:
+        self.api_base  # noqa: B018 -- refuses a token without the instance it belongs to
+        return self.pat(self.token, "FORGEJO_TOKEN")
+
+    async def tip(self, token: str) -> Tip:
+        return await self.read_tip(token, self.repo_url, clone_key="clone_url", branches="branches",
+                                   sha_key="id")
+
+    async def protected(self, token: str, branch: str) -> bool:
+        url = f"{self.repo_url}/branch_protections/{seg(check_branch(branch, self.forge))}"
+        return await self.exists(url, token, "the branch protection lookup")
+
+    async def comment(self, token: str, text: str) -> None:
+        _, number = target_of(self.job)  # pull requests are issues here too
+        await self.request("POST", f"{self.repo_url}/issues/{number}/comments", token, "the comment",
+                           body={"body": text})
+
+
+# --- Azure DevOps ----------------------------------------------------------------------------------------
+
+
+def strip_username(raw: object) -> object:
+    """Azure's ``remoteUrl`` names the organisation as a user (``https://org@dev.azure.com/org/...``): not
+    a secret, so that exact user is dropped; any other userinfo is kept for the check to refuse."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        parts = urlsplit(raw)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return raw
+    if user is None or password is not None or parts.path.split("/")[1:2] != [user]:
+        return raw
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+class AzureApi(_Client):
+    forge = "azure"
+    variables = "AZURE_ORG_URL and AZURE_TOKEN"
+
+    def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
+        super().__init__(job, http, config.azure.org_url)
+        self.token = config.azure.token
+        scope = job.azure or {}
+        project, repository = scope.get("project"), scope.get("repository")
+        if not _segment_ok(project) or not _segment_ok(repository):
+            raise ConfigError("an azure job needs its project and repository; this job's are unusable")
+        self.project, self.repository = str(project), str(repository)
+        self._repository_id: str | None = None
+
+    @property
+    def apis(self) -> str:
+        return f"{self.api_base}/{seg(self.project)}/_apis"
+
+    @property
+    def repo_url(self) -> str:
+        return f"{self.apis}/git/repositories/{seg(self.repository)}"
+
+    def headers(self, token: str) -> dict[str, str]:
+        basic = base64.b64encode(f":{token}".encode()).decode()  # a PAT is Basic with an empty user
+        # Without this header a refused PAT gets a 203 sign-in page instead of a 401.
+        return {"Authorization": f"Basic {basic}", "Accept": "application/json",
+                "X-TFS-FedAuthRedirect": "Suppress"}
+
+    def url(self, path: str, api_version: str = AZURE_API_VERSION, **query: str) -> yarl.URL:
+        return yarl.URL(path, encoded=True).update_query({**query, "api-version": api_version})
+
+    async def mint(self) -> str:
+        self.api_base  # noqa: B018 -- refuses a token without the organisation it belongs to
+        return self.pat(self.token, "AZURE_TOKEN")
+
+    async def _repo(self, token: str) -> dict[str, Any]:
+        repo = await self.get_object(self.url(self.repo_url), token, "the repository lookup")
+        rid = repo.get("id")
+        if not isinstance(rid, str) or not _segment_ok(rid):
+            raise InfraFault(UNAVAILABLE)
+        self._repository_id = rid
+        return repo
+
+    async def tip(self, token: str) -> Tip:
+        repo = await self._repo(token)
+        ref = repo.get("defaultBranch")
+        if isinstance(ref, str) and not ref.startswith("refs/heads/"):
+            raise ConfigError("the azure repository's default branch is not a branch (refs/heads/...)")
+        branch = _default_branch(ref.removeprefix("refs/heads/") if isinstance(ref, str) else ref, self.forge)
+        clone_url = check_clone_url(strip_username(repo.get("remoteUrl")), self.api_base, self.forge)
+        refs = await self.get_object(self.url(f"{self.repo_url}/refs", filter=f"heads/{branch}"), token,
+                                     "the branch lookup")
+        values = refs.get("value")
+        if not isinstance(values, list):
+            raise InfraFault(UNAVAILABLE)
+        # The filter is a prefix match: heads/main also lists heads/main-old.
+        exact = [v for v in values if isinstance(v, dict) and v.get("name") == f"refs/heads/{branch}"]
+        if not exact:
+            raise ConfigError("the azure repository's default branch does not exist; nothing to run on")
+        return Tip(branch, check_sha(exact[0].get("objectId")), clone_url)
+
+    async def protected(self, token: str, branch: str) -> bool:
+        """Azure has no protection object: a branch is protected when an enabled blocking policy applies."""
+        ref = f"refs/heads/{check_branch(branch, self.forge)}"
+        rid = self._repository_id or (await self._repo(token))["id"]
+        url = self.url(f"{self.apis}/policy/configurations", repositoryId=rid, refName=ref)
+        found = await self.get_object(url, token, "the branch policy lookup")
+        values = found.get("value")
+        if not isinstance(values, list):
+            raise InfraFault(UNAVAILABLE)
+        return any(isinstance(p, dict) and p.get("isEnabled") is True and p.get("isBlocking") is True
+                   for p in values)
+
+    async def comment(self, token: str, text: str) -> None:
+        kind, number = target_of(self.job)
+        if kind == "issue":
+            url = self.url(f"{self.apis}/wit/workItems/{number}/comments", AZURE_COMMENTS_API_VERSION)
+            await self.request("POST", url, token, "the work item comment", body={"text": text})
+            return
+        url = self.url(f"{self.repo_url}/pullRequests/{number}/threads")
+        body = {"comments": [{"content": text, "commentType": 1}], "status": 1}
+        await self.request("POST", url, token, "the pull request comment", body=body)
+
+
+def forge_api(job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
+              github_auth: GithubAuth | None) -> ForgeApi:
+    """The client for this job's forge; a kind without one (local, unknown) is a configuration error."""
+    if job.kind == "github":
+        return GithubApi(job, config, http, github_auth)
+    if job.kind == "gitlab":
+        return GitlabApi(job, config, http)
+    if job.kind == "forgejo":
+        return ForgejoApi(job, config, http)
+    if job.kind == "azure":
+        return AzureApi(job, config, http)
+    raise ConfigError("this job's kind has no forge API; accepted: github, gitlab, forgejo, azure")
