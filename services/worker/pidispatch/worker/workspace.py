@@ -25,6 +25,7 @@ from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
 
 EVENT_POINTER = "The event that started this job is described in /job/event.json."
+OPERATOR_LABEL = "Instructions from the operator (trusted):"
 _BACKTICKS = re.compile(r"`+")
 _COMMENT_KEYS = ("body", "author_association")
 _REVIEW_KEYS = ("id", "body", "state", "author_association")
@@ -66,6 +67,35 @@ def _task_block(task: str) -> list[str]:
     return ["Task (written by the operator):", fence, task, fence, ""]
 
 
+def _operator_block(text: str) -> list[str]:
+    fence = _fence(text)
+    return [OPERATOR_LABEL, fence, text, fence, ""]
+
+
+def _trigger_body(value: dict[str, Any] | None) -> str | None:
+    """The comment or review text that fired the job; None when there is none worth showing (an
+    approval without words)."""
+    body = value.get("body") if value is not None else None
+    return body if isinstance(body, str) and body.strip() else None
+
+
+def work_branch(job: Job) -> str | None:
+    """Pure: the branch the agent pushes to, ``pi/issue-<n>`` or ``pi/issue-<n>-r<i>`` for a replica
+    (spec §1.4 step 8); None without a target."""
+    if job.target is None:
+        return None
+    branch = f"pi/issue-{job.target.number}"
+    return f"{branch}-r{job.replica}" if job.replica is not None else branch
+
+
+def _replica_lines(job: Job, what: str) -> list[str]:
+    if job.replica is None:
+        return []
+    of = f" of {job.replicas}" if job.replicas is not None else ""
+    return [f"This is replica {job.replica}{of}: other runs work on the same {what.lower()} at the same "
+            "time, each on its own branch.", ""]
+
+
 def build_local_prompt(job: Job) -> str:
     """Pure: a local job's prompt (spec §1.4 local). A command job is exactly ``/<command>``: the
     command line is the whole prompt, so nothing may follow it (not even a newline)."""
@@ -79,7 +109,12 @@ def build_local_prompt(job: Job) -> str:
 
 
 def build_prompt(job: Job) -> str:
-    """Pure: the agent's ``/job/prompt.md``."""
+    """Pure: the agent's ``/job/prompt.md`` (spec §1.4 step 8).
+
+    A forge job's prompt: the flow or command, the event pointer, then everything people on the forge
+    wrote (title, body, the comment or review that fired the job) fenced as data, then the operator's
+    trusted instructions, then which replica this is and the branch to push to.
+    """
     if job.kind == "local":
         return build_local_prompt(job)
     if job.command is not None:
@@ -98,6 +133,17 @@ def build_prompt(job: Job) -> str:
         lines += _data_block(f"{what} body", target.body or "")
     elif job.task is not None:
         lines += _task_block(job.task)
+    trigger = job.trigger
+    if trigger is not None:
+        if (comment := _trigger_body(trigger.comment)) is not None:
+            lines += _data_block("Comment that started this job", comment)
+        if (review := _trigger_body(trigger.review)) is not None:
+            lines += _data_block("Review that started this job", review)
+    if job.instructions is not None:
+        lines += _operator_block(job.instructions)
+    if target is not None:
+        lines += _replica_lines(job, "Pull request" if target.type == "pull_request" else "Issue")
+        lines.append(f"Push your work to the branch `{work_branch(job)}`.")
     return "\n".join(lines)
 
 
