@@ -46,7 +46,7 @@ async def running_worker(
 ) -> AsyncIterator[tuple[Settings, asyncio.Event, asyncio.Task[None]]]:
     settings = load_settings(env)
     stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(settings, redis, keys, docker, stop, now_ms))
+    task = asyncio.create_task(run_worker(settings, redis, keys, docker, stop, now_ms, env))
     try:
         yield settings, stop, task
     finally:

@@ -17,18 +17,21 @@ import pytest
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
-from tests.conftest import TEST_SECRET
+from tests.conftest import TEST_SECRET, GithubStandIn
 from tests.helpers import FIXTURES, ServiceProcess, github_signature, wait_for
 
 
 @pytest.fixture
-def services(base_env: dict[str, str], test_image: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
+def services(
+    base_env: dict[str, str], test_image: str, tmp_path: Path, github: GithubStandIn
+) -> Iterator[dict[str, Any]]:
     port = free_port()
     rule = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}
     triggers = {"triggers": [rule]}
     Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps(triggers))
     env = {
         **base_env,
+        **github.env(),
         "RECEIVER_PORT": str(port),
         "RECEIVER_BIND": "127.0.0.1",
         "PI_JOB_IMAGE": test_image,

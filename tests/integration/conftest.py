@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 import aiodocker
 import pytest
 
+from tests.conftest import GithubStandIn
+
 
 @pytest.fixture
 def worker_name(key_prefix: str) -> str:
@@ -16,9 +18,12 @@ def worker_name(key_prefix: str) -> str:
 
 
 @pytest.fixture
-def env(base_env: dict[str, str], worker_name: str, test_image: str) -> dict[str, str]:
+def env(
+    base_env: dict[str, str], worker_name: str, test_image: str, github: GithubStandIn
+) -> dict[str, str]:
     return {
         **base_env,
+        **github.env(),
         "PI_WORKER_NAME": worker_name,
         "PI_JOB_IMAGE": test_image,
         "PI_JOB_MEMORY": "256m",

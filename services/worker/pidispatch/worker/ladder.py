@@ -1,14 +1,16 @@
 """The pre-spend ladder (spec worker §1.3): every check that costs nothing runs before anything that
 costs something, in the spec's order, and the container runs last.
 
-Rows that apply in this build: image preflight and its labels (5, 6), secrets (12), the local folder and
+Rows that apply in this build: image preflight and its labels (5, 6), secrets (12), the forge token for
+this one repository (13), default-branch protection (14), the local folder or the clone of the tip and
 the job folder (15), the daily token cap (16), the budget reservation (18), the container (19), its
-classification (20). Forge token minting and branch protection (13, 14) slot in before the job folder.
+classification (20).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 from redis.exceptions import RedisError
 
@@ -17,10 +19,12 @@ from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.worker import budget
+from pidispatch.worker.clone import clone_tip
 from pidispatch.worker.container import SpecRefused, build_spec, container_name, resolve_image
 from pidispatch.worker.context import Context, Held, set_state
 from pidispatch.worker.environment import container_env
 from pidispatch.worker.exitline import parse_exit_line
+from pidispatch.worker.forgeapi import Tip, forge_api
 from pidispatch.worker.local import inspect_folder, local_user
 from pidispatch.worker.outcome import Outcome, Refusal
 from pidispatch.worker.preflight import image_refusal, inspect_image
@@ -29,6 +33,10 @@ from pidispatch.worker.secrets import resolve_secrets
 from pidispatch.worker.workspace import prepare_workspace, remove_workspace
 
 NEVER_STARTED = "container-never-started"
+# The user name git offers with a token as the password (GitHub and GitLab require these exact ones).
+GIT_USERNAMES = {
+    "github": "x-access-token", "gitlab": "oauth2", "forgejo": "pi-dispatch", "azure": "pi-dispatch",
+}
 
 
 class Spend:
@@ -82,19 +90,58 @@ async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcom
     if isinstance(secrets, Refusal):
         return refuse(job, secrets.reason)
     user, workspace, sha = s.job_user, None, None
+    token: str | None = None
+    tip: Tip | None = None
     if job.kind == "local":
         folder = await inspect_folder(job.folder or "")
         if isinstance(folder, Refusal):
             return refuse(job, folder.reason)
         user, workspace, sha = local_user(folder), job.folder, folder.sha
+    else:
+        forge = await _forge_gates(ctx, job)
+        if isinstance(forge, Refusal):
+            return refuse(job, forge.reason)
+        token, tip = forge
     job_dir = await prepare_workspace(job, s, sha=sha)
     try:
+        if tip is not None and token is not None:
+            cloned = await _clone(job, job_dir, tip, token)
+            if cloned is not None:
+                return refuse(job, cloned.reason)
         return await _spend(ctx, held, job, spend, job_dir=job_dir, user=user, workspace=workspace,
-                            secrets=secrets)
+                            secrets=secrets, token=token)
     finally:
         # A container left running at shutdown still mounts its folder: the re-attach removes it.
         if not (spend.started and _cancelling()):
             await remove_workspace(job_dir, s.jobs_dir)
+
+
+async def _forge_gates(ctx: Context, job: Job) -> tuple[str, Tip] | Refusal:
+    """Rows 13-14: a token for this job's repository only, the default branch's tip from fresh API calls
+    (never the webhook's fields), and that branch must be protected."""
+    try:
+        api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)  # type: ignore[arg-type]
+        token = await api.mint()
+        tip = await api.tip(token)
+        if not await api.protected(token, tip.default_branch):
+            return Refusal("unprotected-branch")
+    except ConfigError:
+        # The config classifier (spec §1.3): the message may name paths or variables, so it stays out.
+        get_logger().warning("refused_config", job=job.id, kind=job.kind, step="forge")
+        return Refusal("config-refused")
+    return token, tip
+
+
+async def _clone(job: Job, job_dir: str, tip: Tip, token: str) -> Refusal | None:
+    """Row 15 for forge jobs: the tip commit, fetched with the token only in a throw-away askpass."""
+    try:
+        return await clone_tip(
+            os.path.join(job_dir, "workspace"), clone_url=tip.clone_url, sha=tip.sha, token=token,
+            username=GIT_USERNAMES.get(job.kind, "pi-dispatch"),
+        )
+    except ConfigError:
+        get_logger().warning("refused_config", job=job.id, kind=job.kind, step="clone")
+        return Refusal("config-refused")
 
 
 def _cancelling() -> bool:
@@ -104,7 +151,7 @@ def _cancelling() -> bool:
 
 async def _spend(
     ctx: Context, held: Held, job: Job, spend: Spend, *, job_dir: str, user: str, workspace: str | None,
-    secrets: dict[str, str],
+    secrets: dict[str, str], token: str | None,
 ) -> Outcome:
     s = ctx.settings
     capped = await budget.token_cap_refusal(ctx.redis, ctx.keys, s, ctx.clock())
@@ -117,7 +164,7 @@ async def _spend(
     spend.reservation = reserved
     name = container_name(job.id)
     try:
-        env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets)
+        env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets, forge_token=token)
         spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace)
     except (SpecRefused, ConfigError, ValueError):
         # The config classifier (spec §1.3): nothing ran, so the reservation goes back.
