@@ -253,3 +253,21 @@ async def test_host_row_is_written_with_its_fields_and_removed_on_a_clean_stop(
     await asyncio.sleep(0)  # the row is deleted before run_worker returns
     assert await redis.exists(keys.host(worker_name)) == 0
     assert not await redis.sismember(keys.hosts, worker_name)
+
+
+async def test_captured_output_lands_beside_the_record_only_when_asked(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    quiet, loud = issue_job("exit=0"), issue_job("exit=0")
+    # The loud one first: its log file is opened before the logs folder exists.
+    async with running_worker({**env, "PI_CAPTURE_JOB_LOGS": "1"}, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, loud)
+        assert (await record(settings, loud))["turns"] == 1  # the tail still reads the exit line
+    async with running_worker(env, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, quiet)
+        await record(settings, quiet)
+    logs = Path(settings.logs_dir)
+    assert not (logs / f"{quiet.id}.log").exists()
+    captured = (logs / f"{loud.id}.log").read_bytes()
+    assert b'{"event":"exit"' in captured
+    assert (logs / f"{loud.id}.log").stat().st_mode & 0o777 == 0o600

@@ -75,11 +75,18 @@ async def dev(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     redis_proc: asyncio.subprocess.Process | None = None
     children: dict[str, asyncio.subprocess.Process] = {}
+    from pidispatch.common.demoforge import DemoForge, start_demo_forge  # only dev needs aiohttp's server
+
+    forge: DemoForge | None = None
     try:
         await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
         if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
             redis_proc, env["REDIS_URL"] = await _start_redis(state / "redis")
         env = await asyncio.to_thread(_prepare_env, state, env)
+        if not env.get("GITHUB_AUTH_SOURCE"):
+            # No GitHub configured: the demo rule's jobs clone demo/hello from a stand-in on 127.0.0.1.
+            forge, forge_env = await start_demo_forge(state)
+            env.update(forge_env)
         settings = load_settings(env)  # validates everything before any child starts
         env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
         for name in SERVICES:
@@ -93,6 +100,8 @@ async def dev(args: argparse.Namespace) -> int:
     finally:
         await _stop_children(children)
         await _sweep_containers(env)
+        if forge is not None:
+            await forge.close()
         if redis_proc is not None:
             await _stop_process(redis_proc, 3.0)
 
@@ -106,6 +115,8 @@ def _prepare_env(state: Path, env: dict[str, str]) -> dict[str, str]:
     env.setdefault("PI_JOBS_DIR", str(state / "jobs"))
     # Ctrl-C must leave no container behind within the stop budget: no grace for running jobs.
     env.setdefault("PI_SHUTDOWN_GRACE", "0")
+    # The demo agent's output (what it saw in /workspace) lands beside its record.
+    env.setdefault("PI_CAPTURE_JOB_LOGS", "1")
     return env
 
 

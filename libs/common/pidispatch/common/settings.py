@@ -62,6 +62,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     retry_attempts: int = 2
     retry_base_ms: int = 60_000
     log_retention_days: int = 30
+    capture_job_logs: bool = False
     sweep_interval_hours: int = 24
 
     # Spend (spec worker §5.7): job-count windows (None = window off) and the daily token cap.
@@ -251,6 +252,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         retry_attempts=_int(env, "PI_RETRY_ATTEMPTS", 2, 1, 10),
         retry_base_ms=_int(env, "PI_RETRY_BASE_MS", 60_000, 10, 3_600_000),
         log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
+        capture_job_logs=_int(env, "PI_CAPTURE_JOB_LOGS", 0, 0, 1) == 1,
         sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
         daily_cap=_int(env, "PI_DAILY_CAP", 25, 0, 1_000_000),
         weekly_cap=_optional_int(env, "PI_WEEKLY_CAP", 0, 10_000_000),

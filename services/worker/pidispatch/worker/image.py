@@ -65,6 +65,12 @@ cat /job/prompt.md
 echo
 echo "--- /job/event.json"
 cat /job/event.json
+echo "--- /workspace (a clone of the repository at its default branch's tip)"
+ls -la /workspace
+echo "--- /workspace/README.md"
+cat /workspace/README.md 2>/dev/null || echo "(no README.md)"
+echo "--- /workspace/.git/HEAD (the commit)"
+cat /workspace/.git/HEAD 2>/dev/null || echo "(not a git clone)"
 echo "--- writing /workspace/demo-was-here"
 echo "the demo agent ran here as uid $(id -u)" > /workspace/demo-was-here
 echo '{"event":"exit","turns":0,"tokens":{"input":0,"output":0,"total":0,"cost":0}}'

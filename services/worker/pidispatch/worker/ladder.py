@@ -25,6 +25,7 @@ from pidispatch.worker.context import Context, Held, set_state
 from pidispatch.worker.environment import container_env
 from pidispatch.worker.exitline import parse_exit_line
 from pidispatch.worker.forgeapi import Tip, forge_api
+from pidispatch.worker.history import record_path
 from pidispatch.worker.local import inspect_folder, local_user
 from pidispatch.worker.outcome import Outcome, Refusal
 from pidispatch.worker.preflight import image_refusal, inspect_image
@@ -60,6 +61,14 @@ class Spend:
             self.refunded = True
         except RedisError as exc:
             get_logger().warning("budget_refund_failed", error=type(exc).__name__)
+
+
+def capture_path(ctx: Context, job: Job) -> str | None:
+    """``<PI_LOGS_DIR>/<id>.log`` when ``PI_CAPTURE_JOB_LOGS=1``: the agent's output holds payload text, so it
+    is kept only on this host, beside the record, and swept with it."""
+    if not ctx.settings.capture_job_logs:
+        return None
+    return str(record_path(ctx.settings.logs_dir, job.id).with_suffix(".log"))
 
 
 def refuse(job: Job, reason: str, *, budget_reserved: bool = False) -> Outcome:
@@ -180,7 +189,8 @@ async def _spend(
     await set_state(ctx, job.id, state="launching")
     try:
         result = await run_container(
-            ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started
+            ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started,
+            capture=capture_path(ctx, job),
         )
     except (DockerUnavailable, asyncio.CancelledError):
         if not spend.started:

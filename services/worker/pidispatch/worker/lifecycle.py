@@ -26,7 +26,7 @@ from pidispatch.worker.answers import answer_for, post_answer
 from pidispatch.worker.context import Context, Held, set_state
 from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
-from pidispatch.worker.ladder import Spend, run_ladder, settle_result
+from pidispatch.worker.ladder import Spend, capture_path, run_ladder, settle_result
 from pidispatch.worker.outcome import InfraFault, Outcome
 from pidispatch.worker.runner import (
     ContainerGone,
@@ -127,7 +127,8 @@ async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_d
     await set_state(ctx, job.id, state="running", container=container_id)
     try:
         result = await reattach_container(
-            ctx.docker, container_id, timeout_s=ctx.settings.job_timeout_s, abort=held.abort
+            ctx.docker, container_id, timeout_s=ctx.settings.job_timeout_s, abort=held.abort,
+            capture=capture_path(ctx, job),
         )
     except ContainerGone:
         return Outcome("failed", "worker-lost", budget_reserved=True)

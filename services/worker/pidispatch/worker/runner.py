@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -123,11 +124,30 @@ async def _exit_code(resp: aiohttp.ClientResponse) -> int:
     return code if isinstance(code, int) else ABORTED_CODE
 
 
-async def _pump(stream: Stream, tail: Tail) -> None:
-    # Output is best effort: a broken stream must not change the outcome. It is never logged (payload text).
-    with contextlib.suppress(Exception):
-        while (msg := await stream.read_out()) is not None:
-            tail.feed(msg.data)
+def _open_capture(path: str) -> int:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+
+async def _pump(stream: Stream, tail: Tail, capture: str | None) -> None:
+    # Output is best effort: a broken stream must not change the outcome. It is never logged (payload text);
+    # with PI_CAPTURE_JOB_LOGS=1 it is appended to the job's own file beside its record, on this host only.
+    fd: int | None = None
+    if capture is not None:
+        try:
+            fd = await asyncio.to_thread(_open_capture, capture)
+        except OSError as exc:
+            get_logger().warning("job_log_capture_failed", error=type(exc).__name__)
+    try:
+        with contextlib.suppress(Exception):
+            while (msg := await stream.read_out()) is not None:
+                tail.feed(msg.data)
+                if fd is not None:
+                    await asyncio.to_thread(os.write, fd, msg.data)
+    finally:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 async def force_remove(container: DockerContainer) -> None:
@@ -178,10 +198,11 @@ async def _follow(
     *,
     timeout_s: float,
     abort: asyncio.Event,
+    capture: str | None = None,
 ) -> RunResult:
     """Collect output and the exit code of a started container."""
     tail = Tail()
-    reader = asyncio.create_task(_pump(stream, tail)) if stream is not None else None
+    reader = asyncio.create_task(_pump(stream, tail, capture)) if stream is not None else None
     exit_task = asyncio.create_task(_exit_code(waiter))
     try:
         code, aborted, reason = await _supervise(container, exit_task, abort, timeout_s)
@@ -218,6 +239,7 @@ async def run_container(
     timeout_s: float,
     abort: asyncio.Event,
     on_started: OnStarted | None = None,
+    capture: str | None = None,
 ) -> RunResult:
     """Create, start and follow one container to its end.
 
@@ -252,7 +274,7 @@ async def run_container(
         started = True
         if on_started is not None:
             await on_started(container.id)
-        return await _follow(container, waiter, stream, timeout_s=timeout_s, abort=abort)
+        return await _follow(container, waiter, stream, timeout_s=timeout_s, abort=abort, capture=capture)
     except DockerError as exc:
         if started or is_unreachable(exc):
             raise _unavailable(exc) from None
@@ -307,7 +329,8 @@ async def find_started(docker: aiodocker.Docker, job_id: str, host: str) -> Left
 
 
 async def reattach_container(
-    docker: aiodocker.Docker, container_id: str, *, timeout_s: float, abort: asyncio.Event
+    docker: aiodocker.Docker, container_id: str, *, timeout_s: float, abort: asyncio.Event,
+    capture: str | None = None,
 ) -> RunResult:
     """Follow a container a previous worker process started (running or exited) instead of a new run.
 
@@ -326,7 +349,7 @@ async def reattach_container(
         except DockerError:
             await _close(stream, None)
             stream = None
-        result = await _follow(container, waiter, stream, timeout_s=timeout_s, abort=abort)
+        result = await _follow(container, waiter, stream, timeout_s=timeout_s, abort=abort, capture=capture)
     except DockerError as exc:
         if exc.status == 404:
             raise ContainerGone(container_id[:12]) from None

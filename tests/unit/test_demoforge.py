@@ -1,0 +1,71 @@
+"""The stand-in GitHub that ``pi-dispatch dev`` starts: the API calls a forge job makes, and a clone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+
+from pidispatch.common.demoforge import REPO, start_demo_forge
+from pidispatch.common.forges import create_http, load_forge_config
+from pidispatch.common.github_auth import GithubAuth
+from pidispatch.common.models import Job, Target
+from pidispatch.worker.clone import clone_tip
+from pidispatch.worker.forgeapi import forge_api
+
+
+def demo_job() -> Job:
+    return Job(id="gh-demo", kind="github", repo=REPO, target=Target(type="issue", number=7))
+
+
+async def test_a_forge_job_mints_reads_the_tip_clones_and_answers_against_the_demo(tmp_path: Path) -> None:
+    forge, env = await start_demo_forge(tmp_path)
+    http = create_http()
+    try:
+        config = load_forge_config(env)
+        api = forge_api(demo_job(), config, http, GithubAuth(config, http))
+        token = await api.mint()
+        tip = await api.tip(token)
+        assert tip.default_branch == "main" and await api.protected(token, "main")
+        workspace = tmp_path / "workspace"
+        workspace.mkdir()
+        assert await clone_tip(str(workspace), clone_url=tip.clone_url, sha=tip.sha, token=token,
+                               username="x-access-token") is None
+        git = await asyncio.create_subprocess_exec(
+            "git", "-C", str(workspace), "rev-parse", "HEAD", stdout=asyncio.subprocess.PIPE
+        )
+        head = (await git.communicate())[0].decode().strip()
+        assert head == tip.sha and (workspace / "README.md").exists()
+        assert token not in (workspace / ".git" / "config").read_text()
+        await api.comment(token, "Refused: a fixed sentence. Not run.")
+        assert forge.comments == ["Refused: a fixed sentence. Not run."]
+    finally:
+        await http.close()
+        await forge.close()
+
+
+async def test_the_demo_refuses_without_its_token_and_never_accepts_a_push(tmp_path: Path) -> None:
+    forge, env = await start_demo_forge(tmp_path)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{forge.url}/repos/{REPO}") as resp:
+                assert resp.status == 401
+            wrong = {"Authorization": "token wrong"}
+            async with http.get(f"{forge.url}/repos/{REPO}", headers=wrong) as resp:
+                assert resp.status == 401
+            push = f"{forge.url}/git/{REPO}.git/info/refs?service=git-receive-pack"
+            auth = {"Authorization": aiohttp.BasicAuth("x-access-token", env["GITHUB_PAT"]).encode()}
+            async with http.get(push, headers=auth) as resp:
+                assert resp.status == 403
+    finally:
+        await forge.close()
+
+
+async def test_the_token_and_repository_survive_a_restart(tmp_path: Path) -> None:
+    first, env1 = await start_demo_forge(tmp_path)
+    await first.close()
+    second, env2 = await start_demo_forge(tmp_path)
+    await second.close()
+    assert env1["GITHUB_PAT"] == env2["GITHUB_PAT"]
+    assert (tmp_path / "demo-forge" / "token").stat().st_mode & 0o777 == 0o600
