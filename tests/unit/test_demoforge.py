@@ -55,7 +55,7 @@ async def test_the_demo_refuses_without_its_token_and_never_accepts_a_push(tmp_p
             async with http.get(f"{forge.url}/repos/{REPO}", headers=wrong) as resp:
                 assert resp.status == 401
             push = f"{forge.url}/git/{REPO}.git/info/refs?service=git-receive-pack"
-            auth = {"Authorization": aiohttp.BasicAuth("x-access-token", env["GITHUB_PAT"]).encode()}
+            auth = {"Authorization": aiohttp.encode_basic_auth("x-access-token", env["GITHUB_PAT"])}
             async with http.get(push, headers=auth) as resp:
                 assert resp.status == 403
     finally:
