@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from structlog.testing import capture_logs
+
 from pidispatch.common.health import Health
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis
@@ -87,3 +89,20 @@ async def test_claims_stop_at_the_free_slots(redis: Redis, keys: Keys) -> None:
         await deliver(redis, keys, "dead")
     await asyncio.sleep(TTL_MS / 1000 + 0.05)
     assert len(await upkeep_for(redis, keys, "peer").claim_orphans(2)) == 2
+
+
+async def test_a_path_shaped_value_is_dropped_from_the_row_and_logged_once(redis: Redis, keys: Keys) -> None:
+    settings = load_settings({"PI_WORKER_NAME": "pathy", "PI_JOB_IMAGE": "/srv/images/job.tar"})
+    ctx = Context(
+        settings, redis, keys, None, now_ms, {"TZ": "Europe/Amsterdam"}, Health("down", "up"),  # type: ignore[arg-type]
+        caps=frozenset({"s:prod"}),
+    )
+    up = Upkeep(ctx, [keys.jobs], {}, asyncio.Event())
+    with capture_logs() as logs:
+        await up.beat()
+        await up.beat()
+    row = {k.decode(): v.decode() for k, v in (await redis.hgetall(keys.host("pathy"))).items()}
+    assert "image" not in row and row["tz"] == "Europe/Amsterdam" and row["caps"] == "s:prod"
+    refused = [e for e in logs if e["event"] == "host_registry_field_refused"]
+    assert refused == [{"event": "host_registry_field_refused", "field": "image", "reason": "path-shaped",
+                        "log_level": "warning"}]
