@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +39,8 @@ from typing import Any
 import aiodocker
 import aiohttp
 
+from pidispatch.common.demoforge import REPO as DEMO_REPO
+from pidispatch.common.demoforge import DemoForge, start_demo_forge
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
@@ -64,6 +67,8 @@ from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "fixtures" / "github" / "issues.labeled.json"
 CONCURRENCY = 3
+# The worker's host environment: nothing of the operator's; for --kind github, the stand-in's variables.
+WORKER_ENV: dict[str, str] = {}
 TARGET_OVERHEAD_MS = 50.0
 TARGET_RATIO = 0.9
 FOREIGN_CORES_WARN = 0.1
@@ -157,12 +162,20 @@ class ContainerEvents:
 
 # --- the worker side -------------------------------------------------------------------------------
 
-def bench_job(run: str, n: int) -> Job:
-    """A real GitHub issue job (like tests/worker_support.issue_job) steering the agent to exit 0 at once."""
+def bench_job(run: str, n: int, kind: str, root: Path) -> Job:
+    """A job steering the test agent to exit 0 at once: a local job on its own fresh git folder (the
+    dispatch path), or a GitHub issue job on ``dev``'s stand-in GitHub (adds mint, tip, protection and
+    the clone of the tip, which the bare side does not do)."""
+    if kind == "local":
+        folder = root / "folders" / f"{run}-{n}"
+        _git_folder(folder)
+        job_id = f"local-{run}-{n}"
+        return Job(id=job_id, kind="local", repo=f"local:{folder.name}", folder=str(folder),
+                   task="pd-test exit=0 sleep=0")
     p = json.loads(PAYLOAD.read_text())
     delivery = f"{run}-{n}-{uuid.uuid4().hex[:8]}"
     return Job(
-        id=f"gh-{delivery}", kind="github", repo=p["repository"]["full_name"], flow="triage",
+        id=f"gh-{delivery}", kind="github", repo=DEMO_REPO, flow="triage",
         target=Target(type="issue", number=p["issue"]["number"], title=p["issue"]["title"],
                       body=f"{p['issue']['body']}\n\npd-test exit=0 sleep=0"),
         trigger=Trigger(
@@ -172,12 +185,24 @@ def bench_job(run: str, n: int) -> Job:
     )
 
 
+def _git_folder(folder: Path) -> None:
+    """A one-commit repository owned by the job user (a local job runs as its folder's owner)."""
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text("bench\n")
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    for argv in (["init", "-q"], ["add", "README.md"], [*ident, "commit", "-qm", "bench"]):
+        subprocess.run(["git", "-C", str(folder), *argv], check=True, capture_output=True)
+    if os.geteuid() == 0:
+        for path in (folder, *folder.rglob("*")):
+            os.lchown(path, 1000, 1000)
+
+
 def worker_coroutine(
     settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker, stop: asyncio.Event
 ) -> Coroutine[Any, Any, None]:
     # The one call into the worker. An empty host environment: no operator variable (provider keys,
     # forwarded names) reaches the benchmark's containers.
-    return run_worker(settings, redis, keys, docker, stop, now_ms, env={})
+    return run_worker(settings, redis, keys, docker, stop, now_ms, env=WORKER_ENV)
 
 
 @contextlib.asynccontextmanager
@@ -323,17 +348,23 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
     m = Measured()
     m.foreign.append(await foreign_cores())
     await asyncio.to_thread(ensure_jobs_dir, settings.jobs_dir)
-    warm = bench_job(run, 0)  # the bare runs share one prepared job folder, prepared like the worker's
+    root = Path(settings.jobs_dir).parent
+    warm = bench_job(run, 0, args.kind, root)
     bare_docker = aiodocker.Docker()
     try:
-        bare = Bare(bare_docker, await prepare_workspace(warm, settings), settings, f"bench-bare-{run}")
+        # The bare runs share one job folder prepared like the worker's (with a workspace/ inside).
+        shaped = bench_job(run, 0, "github", root)
+        bare = Bare(bare_docker, await prepare_workspace(shaped, settings), settings, f"bench-bare-{run}")
         async with ContainerEvents() as events, running_worker(settings, redis, keys) as worker:
             # Warm-up: the first create after an image import pays for the daemon's first look at it.
             await worker_latency(redis, keys, settings, events, worker, warm)
             await bare.latency(events)
             for i in range(args.samples):
                 m.samples["worker"].append(
-                    await worker_latency(redis, keys, settings, events, worker, bench_job(run, 1 + i))
+                    await worker_latency(
+                        redis, keys, settings, events, worker,
+                        await asyncio.to_thread(bench_job, run, 1 + i, args.kind, root),
+                    )
                 )
                 m.samples["bare"].append(await bare.latency(events))
             print(f"  start latency: {args.samples} samples per side, interleaved", flush=True)
@@ -342,7 +373,7 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
                 # Alternate who goes first so drift (daemon state, other load) favours neither side.
                 for side in ("worker", "bare") if r % 2 == 0 else ("bare", "worker"):
                     if side == "worker":
-                        jobs = [bench_job(run, 1000 * (r + 1) + i) for i in range(args.jobs)]
+                        jobs = [bench_job(run, 1000 * (r + 1) + i, args.kind, root) for i in range(args.jobs)]
                         took = await worker_throughput(redis, keys, settings, worker, jobs)
                     else:
                         took = await bare.throughput(args.jobs)
@@ -374,6 +405,7 @@ async def cleanup(tag: str, hosts: list[str]) -> None:
 async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
     run = uuid.uuid4().hex[:8]
     tag = f"pd-bench-agent-{run}:latest"
+    forge: DemoForge | None = None
     port = free_port()
     redis_proc = await asyncio.create_subprocess_exec(
         *redis_server_argv(find_redis_server(), port, tmp, persist=False),
@@ -395,8 +427,13 @@ async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
                 raise Broken("redis-server did not come up")
             await asyncio.sleep(0.05)
         await build_image(tag, TEST_AGENT_SCRIPT)
+        if args.kind == "github":
+            forge, forge_env = await start_demo_forge(tmp)
+            WORKER_ENV.update(forge_env)
         return await measure(args, settings, redis, Keys(settings.key_prefix), run)
     finally:
+        if forge is not None:
+            await forge.close()
         await redis.aclose()
         await cleanup(tag, [host, f"bench-bare-{run}"])
         if redis_proc.returncode is None:
@@ -443,6 +480,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=30, help="jobs per side and round for throughput")
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds per side")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--kind", choices=("local", "github"), default="local",
+                        help="local jobs (the dispatch path, default) or GitHub jobs on dev's stand-in "
+                             "GitHub (adds mint, tip, protection and the clone)")
     args = parser.parse_args()
     if args.samples < 1 or args.jobs < CONCURRENCY or args.rounds < 1:
         parser.error(f"--samples and --rounds must be >= 1, --jobs >= {CONCURRENCY}")
