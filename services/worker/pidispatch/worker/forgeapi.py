@@ -12,31 +12,37 @@ No message here ever holds a token, a URL path, a repository name or a body.
 from __future__ import annotations
 
 import base64
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import yarl
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
-from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
+from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers
 from pidispatch.common.models import Job
 from pidispatch.common.secret import Secret
+from pidispatch.worker.forgecheck import (
+    RATE_LIMITED,
+    UNAVAILABLE,
+    check_branch,
+    check_clone_url,
+    check_sha,
+    default_branch_of,
+    dig,
+    failure,
+    owner_name,
+    seg,
+    segment_ok,
+    target_of,
+)
 from pidispatch.worker.outcome import InfraFault
 
 FORGE_API_TIMEOUT_S = 10.0
-# Reason tokens of retried forge faults (candidates for a shared constants module).
-UNAVAILABLE = "forge-unavailable"
-RATE_LIMITED = "forge-rate-limited"
 AZURE_API_VERSION = "7.1"
 AZURE_COMMENTS_API_VERSION = "7.1-preview.4"
-SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_REF_FORBIDDEN = frozenset(" ~^:?*[\\\x7f")
-TARGET_TYPES = ("issue", "pull_request")
 
 
 @dataclass(frozen=True)
@@ -56,99 +62,6 @@ class ForgeApi(Protocol):
     async def protected(self, token: str, branch: str) -> bool: ...
 
     async def comment(self, token: str, text: str) -> None: ...
-
-
-# --- pure checks -----------------------------------------------------------------------------------------
-
-
-def failure(
-    forge: str, status: int, headers: Mapping[str, str], what: str, variables: str
-) -> ConfigError | InfraFault:
-    """The exception for a non-2xx answer: rate limits and outages are retried, the rest is refused."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    if status == 429 or (status == 403 and is_transient_status(status, lowered)):
-        return InfraFault(RATE_LIMITED)
-    if is_transient_status(status, lowered):
-        return InfraFault(UNAVAILABLE)
-    return ConfigError(f"the {forge} API refused {what} (HTTP {status}); check {variables} and that "
-                       "those credentials can read this repository")
-
-
-def check_branch(name: object, forge: str) -> str:
-    """A branch name git would accept as a ref component and that cannot pass as an option."""
-    if not isinstance(name, str) or not (
-        0 < len(name) <= 255 and name.isprintable() and not set(name) & _REF_FORBIDDEN
-        and not name.startswith(("-", "/", ".")) and not name.endswith(("/", ".", ".lock"))
-        and not any(bad in name for bad in ("..", "//", "@{", "/.")) and name != "@"
-    ):
-        raise ConfigError(f"the {forge} API named a default branch that is not a usable branch name; the "
-                          "repository's default branch must be an ordinary git branch")
-    return name
-
-
-def check_sha(value: object) -> str:
-    if not isinstance(value, str) or not SHA_RE.match(value):
-        raise InfraFault(UNAVAILABLE)  # the documented answer always has one: a garbled body
-    return value
-
-
-def check_clone_url(raw: object, api_base: str, forge: str) -> str:
-    """http(s), a host, no credentials, query or fragment; https unless the API itself is plain http."""
-    schemes = ("http", "https") if urlsplit(api_base).scheme == "http" else ("https",)
-    try:
-        parts = urlsplit(raw) if isinstance(raw, str) else None
-        host = parts.hostname if parts is not None else None
-        if parts is not None:
-            parts.port  # noqa: B018 -- raises ValueError on a bad port
-    except ValueError:
-        parts, host = None, None
-    if (
-        parts is None or not isinstance(raw, str) or not host or parts.scheme not in schemes
-        or "@" in parts.netloc or "?" in raw or "#" in raw or not raw.isprintable() or " " in raw
-    ):
-        accepted = " or ".join(f"{s}://host/path" for s in schemes)
-        raise ConfigError(f"the {forge} API answered a clone URL that is refused; accepted: {accepted} "
-                          "without credentials, query or fragment")
-    return raw
-
-
-def target_of(job: Job) -> tuple[str, int]:
-    """(type, number) of the item to comment on; a job without one has nowhere to be answered."""
-    t = job.target
-    if (
-        t is None or t.type not in TARGET_TYPES or isinstance(t.number, bool)
-        or not isinstance(t.number, int) or t.number < 1
-    ):
-        raise ConfigError("this job names no issue or pull request to comment on")
-    return t.type, t.number
-
-
-def seg(value: str) -> str:
-    return quote(value, safe="")
-
-
-def _segment_ok(value: object) -> bool:
-    return (isinstance(value, str) and value not in ("", ".", "..") and value.isprintable()
-            and not any(c in "/?#" or c.isspace() for c in value))
-
-
-def owner_name(job: Job) -> tuple[str, str]:
-    owner, sep, name = job.repo.partition("/") if isinstance(job.repo, str) else ("", "", "")
-    if not sep or not _segment_ok(owner) or not _segment_ok(name):
-        raise ConfigError(f"a {job.kind} job needs its repository as owner/name; this job's is unusable")
-    return owner, name
-
-
-def _dig(data: object, *path: str) -> object:
-    for key in path:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
-
-
-def _default_branch(value: object, forge: str) -> str:
-    if value is None:
-        raise ConfigError(f"the {forge} repository has no default branch (is it empty?); nothing to run on")
-    return check_branch(value, forge)
 
 
 # --- the shared request path -----------------------------------------------------------------------------
@@ -207,10 +120,10 @@ class _Client:
         """GitHub, GitLab and Forgejo alike: the repository names its default branch and the branch
         names its commit."""
         repo = await self.get_object(repo_url, token, "the repository lookup")
-        branch = _default_branch(repo.get("default_branch"), self.forge)
+        branch = default_branch_of(repo.get("default_branch"), self.forge)
         clone_url = check_clone_url(repo.get(clone_key), self.api_base, self.forge)
         found = await self.get_object(f"{repo_url}/{branches}/{seg(branch)}", token, "the branch lookup")
-        return Tip(branch, check_sha(_dig(found, "commit", sha_key)), clone_url)
+        return Tip(branch, check_sha(dig(found, "commit", sha_key)), clone_url)
 
     def pat(self, secret: Secret | None, variable: str) -> str:
         value = secret.reveal().strip() if secret is not None else ""
@@ -271,7 +184,7 @@ class GitlabApi(_Client):
         pid = job.project_id
         if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
             project = str(pid)
-        elif isinstance(job.repo, str) and all(_segment_ok(p) for p in job.repo.split("/")):
+        elif isinstance(job.repo, str) and all(segment_ok(p) for p in job.repo.split("/")):
             project = seg(job.repo)  # GitLab takes the URL-encoded full path in place of the id
         else:
             raise ConfigError("a gitlab job needs its project id or path; this job's is unusable")
@@ -362,7 +275,7 @@ class AzureApi(_Client):
         self.token = config.azure.token
         scope = job.azure or {}
         project, repository = scope.get("project"), scope.get("repository")
-        if not _segment_ok(project) or not _segment_ok(repository):
+        if not segment_ok(project) or not segment_ok(repository):
             raise ConfigError("an azure job needs its project and repository; this job's are unusable")
         self.project, self.repository = str(project), str(repository)
         self._repository_id: str | None = None
@@ -391,7 +304,7 @@ class AzureApi(_Client):
     async def _repo(self, token: str) -> dict[str, Any]:
         repo = await self.get_object(self.url(self.repo_url), token, "the repository lookup")
         rid = repo.get("id")
-        if not isinstance(rid, str) or not _segment_ok(rid):
+        if not isinstance(rid, str) or not segment_ok(rid):
             raise InfraFault(UNAVAILABLE)
         self._repository_id = rid
         return repo
@@ -401,7 +314,8 @@ class AzureApi(_Client):
         ref = repo.get("defaultBranch")
         if isinstance(ref, str) and not ref.startswith("refs/heads/"):
             raise ConfigError("the azure repository's default branch is not a branch (refs/heads/...)")
-        branch = _default_branch(ref.removeprefix("refs/heads/") if isinstance(ref, str) else ref, self.forge)
+        name = ref.removeprefix("refs/heads/") if isinstance(ref, str) else ref
+        branch = default_branch_of(name, self.forge)
         clone_url = check_clone_url(strip_username(repo.get("remoteUrl")), self.api_base, self.forge)
         refs = await self.get_object(self.url(f"{self.repo_url}/refs", filter=f"heads/{branch}"), token,
                                      "the branch lookup")
