@@ -22,7 +22,6 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from itertools import chain
 from typing import Any
 
 import msgspec
@@ -34,19 +33,15 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import (
-    DEDUP_WINDOW_MS,
     EVENT_DECISION_TTL_S,
-    JOBID_TTL_S,
     READ_BLOCK_MS,
     ROUTER_GROUP,
     Keys,
 )
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Event, Fields, Job, decode_fields, job_to_fields
+from pidispatch.common.models import Event, Fields, decode_fields
 from pidispatch.common.redis import Redis
-from pidispatch.common.registry import HostCache, job_needs, route_job
 from pidispatch.common.runtime import now_ms
-from pidispatch.common.scripts import ENQUEUE
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -58,6 +53,7 @@ from pidispatch.common.streams import (
 )
 from pidispatch.router import jobs, pipeline
 from pidispatch.router.decision import Ask, Drop, Fire
+from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.subsets import MalformedPayload
@@ -163,8 +159,7 @@ class Router:
         self.settings, self.redis, self.keys, self.rules_ref = settings, redis, keys, rules_ref
         self.clock, self.consumer, self.self_ids, self.ask = clock, consumer, self_ids, ask
         self.log = get_logger()
-        self._enqueue = redis.register_script(ENQUEUE)
-        self.hosts = HostCache(redis, keys, clock)
+        self.enqueuer = Enqueuer(redis, keys, clock)
         self._group_ready = False
         self._backlog: str | None = "0"  # cursor through our own pending entries; None once drained
         self._claim_cursor = "0-0"
@@ -352,50 +347,14 @@ class Router:
             w.outcome = Outcome("dropped", reason=w.decision.reason)
             self.log.info("dropped", delivery=w.event.delivery, reason=w.decision.reason)
 
-    async def _stream_for(self, job: Job) -> str:
-        """The job's stream: a capable host's (spec ingest §6), else the shared one. Never raises."""
-        needs = job_needs(job)
-        if not needs:
-            return self.keys.jobs  # most jobs: no registry read, not even a cache lookup
-        try:
-            host = route_job(needs, await self.hosts.hosts(), job.id)
-        except Exception:  # a routing hint must never cost a job: the shared stream is always right
-            return self.keys.jobs
-        if host is None:
-            return self.keys.jobs
-        # Host names are topology: they reach this log, never a forge comment.
-        self.log.info("forge_job_routed", kind=job.kind, host=host, needs=",".join(needs))
-        return self.keys.host_jobs(host)
-
     async def _enqueue_page(self, fires: list[_Work]) -> None:
         """Every replica of every firing entry through the ENQUEUE script, in one pipeline."""
         now = self.clock()
-        routed: list[tuple[_Work, list[tuple[Job, str, str]]]] = []
+        plans = []
         for w in fires:
             assert isinstance(w.decision, Fire)
-            # Per replica: replica ids differ, so replicas spread over capable hosts.
-            routed.append((w, [
-                (job, semantic, await self._stream_for(job))
-                for job, semantic in jobs.planned(w.decision.job, now)
-            ]))
-        plans: list[tuple[_Work, list[str]]] = []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for w, planned in routed:
-                ids = []
-                for job, semantic, stream in planned:
-                    pairs = list(chain.from_iterable(job_to_fields(job).items()))
-                    # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
-                    await self._enqueue(
-                        keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), stream],
-                        args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
-                        client=pipe,
-                    )
-                    ids.append(job.id)
-                plans.append((w, ids))
-            replies = await pipe.execute(raise_on_error=False)
-        at = 0
-        for w, ids in plans:
-            mine, at = replies[at:at + len(ids)], at + len(ids)
+            plans.append(jobs.planned(w.decision.job, now))
+        for w, (ids, mine) in zip(fires, await self.enqueuer.enqueue(plans), strict=True):
             errors = [r for r in mine if isinstance(r, Exception)]
             if errors:
                 if any(isinstance(e, TRANSIENT) for e in errors):

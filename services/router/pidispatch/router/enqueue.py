@@ -1,0 +1,62 @@
+"""Putting a page's jobs on their streams: which stream each job goes to (spec ingest §6), and the
+ENQUEUE script for all of them in one pipeline (exact id and semantic window, DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import chain
+from typing import Any
+
+from pidispatch.common.keys import DEDUP_WINDOW_MS, JOBID_TTL_S, Keys
+from pidispatch.common.log import get_logger
+from pidispatch.common.models import Job, job_to_fields
+from pidispatch.common.redis import Redis
+from pidispatch.common.registry import HostCache, job_needs, route_job
+from pidispatch.common.scripts import ENQUEUE
+
+Plan = Sequence[tuple[Job, str]]  # (job, semantic key) for every replica of one firing entry
+
+
+class Enqueuer:
+    def __init__(self, redis: Redis, keys: Keys, clock: Callable[[], int]) -> None:
+        self.redis, self.keys = redis, keys
+        self.hosts = HostCache(redis, keys, clock)
+        self.log = get_logger()
+        self._script = redis.register_script(ENQUEUE)
+
+    async def stream_for(self, job: Job) -> str:
+        """The job's stream: a capable host's, else the shared one. Never raises."""
+        needs = job_needs(job)
+        if not needs:
+            return self.keys.jobs  # most jobs: no registry read, not even a cache lookup
+        try:
+            host = route_job(needs, await self.hosts.hosts(), job.id)
+        except Exception:  # a routing hint must never cost a job: the shared stream is always right
+            return self.keys.jobs
+        if host is None:
+            return self.keys.jobs
+        # Host names are topology: they reach this log, never a forge comment.
+        self.log.info("forge_job_routed", kind=job.kind, host=host, needs=",".join(needs))
+        return self.keys.host_jobs(host)
+
+    async def enqueue(self, plans: Sequence[Plan]) -> list[tuple[list[str], list[Any]]]:
+        """Route, then enqueue every job of every plan in one pipeline. Per plan: its job ids and the
+        script's replies, an exception in place of a reply that failed."""
+        # Per replica: replica ids differ, so replicas spread over capable hosts.
+        routed = [[(job, semantic, await self.stream_for(job)) for job, semantic in plan] for plan in plans]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for planned in routed:
+                for job, semantic, stream in planned:
+                    pairs = list(chain.from_iterable(job_to_fields(job).items()))
+                    # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
+                    await self._script(
+                        keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), stream],
+                        args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+                        client=pipe,
+                    )
+            replies = await pipe.execute(raise_on_error=False)
+        out, at = [], 0
+        for planned in routed:
+            out.append(([job.id for job, _, _ in planned], replies[at:at + len(planned)]))
+            at += len(planned)
+        return out
