@@ -54,7 +54,7 @@ async def running_worker(
         await asyncio.wait_for(task, 60)
 
 
-async def record(settings: Settings, job: Job, timeout: float = 30) -> dict[str, Any]:
+async def record(settings: Settings, job: Job, timeout: float = 60) -> dict[str, Any]:
     path = Path(settings.logs_dir) / f"{job.id}.json"
     await wait_for(path.exists, timeout, what=f"run record of {job.id}")
     return json.loads(path.read_text())

@@ -67,7 +67,7 @@ async def test_jobs_needing_a_profile_run_only_on_the_host_that_declares_it_and_
     try:
         prod.start()
         plain.start()
-        await wait_for(lambda: prod.logged("worker_started") and plain.logged("worker_started"), 20,
+        await wait_for(lambda: prod.logged("worker_started") and plain.logged("worker_started"), 60,
                        what="both workers")
         # Everything goes to the shared stream, as a router without a fresh registry would put it: the
         # unbound jobs first, so both idle hosts take some, then the bound ones.
@@ -115,7 +115,7 @@ async def test_jobs_left_unread_in_a_dead_hosts_stream_reach_a_capable_host(
     try:
         doomed.start()
         survivor.start()
-        await wait_for(lambda: doomed.logged("worker_started") and survivor.logged("worker_started"), 20,
+        await wait_for(lambda: doomed.logged("worker_started") and survivor.logged("worker_started"), 60,
                        what="both workers")
         assert doomed.proc is not None
         os.killpg(doomed.proc.pid, signal.SIGKILL)  # stopped hard

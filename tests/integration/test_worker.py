@@ -49,7 +49,7 @@ async def test_worker_runs_job_in_isolated_container_and_records_completed(
     job = issue_job("exit=0 sleep=3")
     async with running_worker(env, redis, keys, docker) as (settings, _, _):
         await enqueue(redis, keys, job)
-        containers = await wait_for(lambda: job_containers(docker, job), 20, what="the job's container")
+        containers = await wait_for(lambda: job_containers(docker, job), 60, what="the job's container")
         info = await containers[0].show()
         host = info["HostConfig"]
         assert host["CapDrop"] == ["ALL"]
@@ -135,7 +135,7 @@ async def test_worker_reads_no_more_entries_than_free_slots(
     async with running_worker({**env, "PI_CONCURRENCY": "1"}, redis, keys, docker) as (settings, _, _):
         first_entry = await enqueue(redis, keys, first)
         await enqueue(redis, keys, second)
-        await wait_for(lambda: _is_running(redis, keys, first), 20, what="the first job to run")
+        await wait_for(lambda: _is_running(redis, keys, first), 60, what="the first job to run")
         # The second entry is undelivered, not pending: a peer with a free slot could still take it.
         assert await pending_ids(redis, keys) == [first_entry]
         assert await redis.hgetall(keys.job(second.id)) == {}
@@ -155,7 +155,7 @@ async def test_shutdown_past_its_grace_leaves_the_job_running_and_the_next_start
     with capture_logs() as logs:
         async with running_worker(no_grace, redis, keys, docker) as (settings, stop, task):
             entry = await enqueue(redis, keys, job)
-            await wait_for(lambda: _is_running(redis, keys, job), 20, what="the job to run")
+            await wait_for(lambda: _is_running(redis, keys, job), 60, what="the job to run")
             stop.set()
             await asyncio.wait_for(task, 30)
         assert "jobs_left_running" in [e["event"] for e in logs]
@@ -230,11 +230,11 @@ async def test_restarted_worker_reattaches_to_its_running_container_instead_of_s
     try:
         first.start()
         await enqueue(redis, keys, job)
-        await wait_for(lambda: _is_running(redis, keys, job), 20, what="the job to run")
+        await wait_for(lambda: _is_running(redis, keys, job), 60, what="the job to run")
         container = (await state(redis, keys, job))["container"]
         first.kill()  # SIGKILL: no shutdown, the entry stays pending and the container keeps running
         second.start()
-        await wait_for(lambda: second.logged("job_finished"), 20, what="the restarted worker to finish")
+        await wait_for(lambda: second.logged("job_finished"), 60, what="the restarted worker to finish")
         assert second.stop() == 0
     finally:
         first.stop()
@@ -371,7 +371,7 @@ async def test_worker_rides_out_a_redis_outage_and_logs_each_transition_once(
                 await wait_for(lambda: any(e["event"] == "redis_unreachable" for e in logs), 15,
                                what="redis_unreachable")
                 server.start()  # an empty Redis: the worker recreates its group
-                await wait_for(lambda: any(e["event"] == "redis_restored" for e in logs), 20,
+                await wait_for(lambda: any(e["event"] == "redis_restored" for e in logs), 60,
                                what="redis_restored")
                 assert not task.done()
                 await enqueue(client, keys, job)

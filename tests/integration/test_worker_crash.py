@@ -51,7 +51,7 @@ async def test_restarted_worker_reattaches_and_exactly_one_container_runs_and_on
     try:
         first.start()
         await enqueue(redis, keys, job)
-        await wait_for(lambda: first.logged("job_started"), 20, what="the container to start")
+        await wait_for(lambda: first.logged("job_started"), 60, what="the container to start")
         kill_tree(first)
         assert len(await job_containers(docker, job)) == 1  # it keeps running without its worker
         second.start()
@@ -76,7 +76,7 @@ async def test_peer_records_a_dead_hosts_started_job_worker_lost_and_starts_no_s
     try:
         dead.start()
         await enqueue(redis, keys, job)
-        await wait_for(lambda: dead.logged("job_started"), 20, what="the container to start")
+        await wait_for(lambda: dead.logged("job_started"), 60, what="the container to start")
         kill_tree(dead)  # never restarted
         peer.start()
         await wait_for(lambda: read_record(env, job), 30, what="the peer to record the lost job")
@@ -109,7 +109,7 @@ async def test_job_delivered_but_never_started_on_a_dead_host_runs_once_on_the_p
     try:
         dead.start()
         await enqueue(redis, keys, job)
-        await wait_for(lambda: dead.proc is not None and dead.proc.poll() is not None, 20, what="the crash")
+        await wait_for(lambda: dead.proc is not None and dead.proc.poll() is not None, 60, what="the crash")
         assert (await job_state(redis, keys, job))["state"] == "starting"
         peer.start()
         await wait_for(lambda: peer.logged("job_finished"), 30, what="the peer to run the job")
@@ -138,7 +138,7 @@ async def test_redis_restarted_with_its_append_only_file_loses_and_doubles_no_jo
         worker.start()
         await wait_for(lambda: len(worker.logged("job_started")) >= 2, 30, what="two jobs to run")
         server.stop()  # two containers run, four jobs wait in the stream
-        await wait_for(lambda: worker.logged("redis_unreachable"), 20, what="the worker to notice")
+        await wait_for(lambda: worker.logged("redis_unreachable"), 60, what="the worker to notice")
         server.start()
         await redis.aclose()
         redis = create_redis(server.url)  # the old connection died with the server

@@ -139,7 +139,7 @@ async def test_resolved_secret_reaches_only_the_container_env(
             {**env, "PI_SECRET_PROFILES": f"default:{resolver}"}, redis, keys, docker
         ) as (settings, _, _):
             await enqueue(redis, keys, job)
-            await wait_for(lambda: events(logs, "job_started"), 20, what="the container")
+            await wait_for(lambda: events(logs, "job_started"), 60, what="the container")
             container = (await job_containers(docker, job))[0]
             info = await container.show()
             rec = await record(settings, job)
@@ -173,7 +173,7 @@ async def test_cancel_stops_a_running_job_and_records_operator_cancel(
     with capture_logs() as logs:
         async with running_worker(env, redis, keys, docker) as (settings, _, _):
             await enqueue(redis, keys, job)
-            await wait_for(lambda: events(logs, "job_started"), 20, what="the container")
+            await wait_for(lambda: events(logs, "job_started"), 60, what="the container")
             result = await cancel_job(redis, keys, job.id, wait_s=10, poll_s=0.1)
             rec = await record(settings, job)
     assert result.cancelled and result.host == settings.worker_name
