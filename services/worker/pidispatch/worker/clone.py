@@ -11,10 +11,8 @@ content is untrusted, and so is whatever the worker's account has configured for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
-import signal
 import stat
 import tempfile
 from collections.abc import Mapping
@@ -22,7 +20,7 @@ from urllib.parse import urlsplit
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
-from pidispatch.worker.local import GIT_HARDENING, SHA_RE, git_env
+from pidispatch.worker.local import SHA_RE, git, git_env
 from pidispatch.worker.outcome import InfraFault, Refusal
 
 CLONE_FAILED = "clone-failed"
@@ -132,30 +130,6 @@ def hand_over(workspace: str) -> None:
                 os.chmod(path, wanted)
 
 
-async def _git(
-    workspace: str, env: Mapping[str, str], *args: str, config: tuple[str, ...] = ()
-) -> tuple[int, bytes]:
-    """One hardened git call in ``workspace``; (exit code, stdout and stderr). The output is never logged:
-    it may echo URLs. Its own session, so a timeout kills its helpers (remote-https, index-pack) too."""
-    argv = ["git", *GIT_HARDENING, "-c", f"safe.directory={workspace}", *config, "--no-pager"]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, "-C", workspace, *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env=dict(env), start_new_session=True,
-        )
-    except OSError:
-        raise _fault("git-unavailable") from None
-    try:
-        out, _ = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    # Killed by a signal reads as a negative code: a failure like any other.
-    return (proc.returncode if proc.returncode is not None else -1), out
-
-
 def _fault(code: str | int) -> InfraFault:
     get_logger().warning("clone_failed", code=code)
     return InfraFault(CLONE_FAILED)
@@ -182,7 +156,13 @@ async def _clone(
         (env, ("checkout", "--detach", "FETCH_HEAD"), _CHECKOUT_CONFIG),
     )
     for step_env, args, config in steps:
-        code, out = await _git(workspace, step_env, *args, config=config)
+        try:
+            # No per-call bound: clone_tip bounds the whole clone, and a cancel kills git's session.
+            code, out = await git(
+                workspace, *args, config=config, timeout_s=None, env=step_env, with_stderr=True
+            )
+        except InfraFault:
+            raise _fault("git-unavailable") from None
         if code != 0:
             refusal = classify(out)
             if refusal is not None:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import stat
 import sys
 from collections.abc import Callable, Mapping
@@ -81,18 +82,23 @@ def git_env(base: Mapping[str, str], folder: str) -> dict[str, str]:
 
 
 async def git(
-    folder: str, *args: str | bytes, config: tuple[str | bytes, ...] = (), timeout_s: float = GIT_TIMEOUT_S
+    folder: str, *args: str | bytes, config: tuple[str | bytes, ...] = (),
+    timeout_s: float | None = GIT_TIMEOUT_S, env: Mapping[str, str] | None = None, with_stderr: bool = False,
 ) -> tuple[int, bytes]:
-    """Run one hardened git command in ``folder``; returns (exit code, stdout). Output is never logged.
+    """Run one hardened git command in ``folder``; returns (exit code, stdout, plus stderr when
+    ``with_stderr``). Output is never logged: it may echo URLs or paths.
 
-    ``safe.directory`` names the folder so a worker account can read a folder the operator owns.
-    Raises ``InfraFault`` when git cannot be started or does not finish in time.
+    ``safe.directory`` names the folder so a worker account can read a folder the operator owns. ``env``
+    replaces ``git_env(os.environ, folder)``. git runs in its own session, so a timeout or a cancel kills
+    its helpers (remote-https, index-pack) too. Raises ``InfraFault`` when git cannot be started or does
+    not finish in time.
     """
     argv = ["git", *GIT_HARDENING, "-c", f"safe.directory={folder}", *config, "--no-pager", "-C", folder]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, env=git_env(os.environ, folder),
+            stderr=asyncio.subprocess.STDOUT if with_stderr else asyncio.subprocess.DEVNULL,
+            env=dict(env) if env is not None else git_env(os.environ, folder), start_new_session=True,
         )
     except OSError:
         raise InfraFault(GIT_UNAVAILABLE) from None
@@ -103,7 +109,7 @@ async def git(
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
     # Killed by a signal reads as a negative code: a failure like any other.
     return (proc.returncode if proc.returncode is not None else -1), out
