@@ -236,18 +236,23 @@ def route_job(
     """
     if not needs:
         return None
-    live = [
-        h for h in hosts
-        if h.name != exclude and h.stale_ms is not None and h.stale_ms <= ROUTE_FRESH_MS
-    ]
+    live = [h for h in hosts if h.name != exclude and is_live(h)]
     wanted = set(needs)
     capable = [h for h in live if wanted <= h.caps]
     if not capable or len(capable) == len(live):
         return None
-    routable = sorted({h.name for h in capable if h.routes})
-    if not routable:
-        return None
-    return routable[fnv1a32(job_id) % len(routable)]
+    return pick_host([h.name for h in capable if h.routes], job_id)
+
+
+def is_live(host: HostRow) -> bool:
+    """Fresh enough to route to: a beat within three intervals; a row that cannot be dated is not alive."""
+    return host.stale_ms is not None and host.stale_ms <= ROUTE_FRESH_MS
+
+
+def pick_host(names: Iterable[str], job_id: str) -> str | None:
+    """FNV-1a of the job id over the sorted names: the same job always lands on the same host."""
+    ordered = sorted(set(names))
+    return ordered[fnv1a32(job_id) % len(ordered)] if ordered else None
 
 
 # ---- the router's cache --------------------------------------------------------------------------

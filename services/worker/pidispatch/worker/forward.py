@@ -14,7 +14,7 @@ from itertools import chain
 from pidispatch.common.keys import WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
-from pidispatch.common.registry import ROUTE_FRESH_MS, HostRow, fnv1a32, job_needs, read_live_hosts
+from pidispatch.common.registry import HostRow, is_live, job_needs, pick_host, read_live_hosts
 from pidispatch.common.scripts import FORWARD
 from pidispatch.worker.context import Context, Held
 
@@ -25,14 +25,11 @@ def forward_target(
     needs: Sequence[str], caps: frozenset[str], hosts: Sequence[HostRow], job_id: str, me: str
 ) -> str | None:
     """Pure: the host to hand this job to, or None to keep it (servable here, or nobody else can)."""
-    if not needs or set(needs) <= caps:
+    wanted = set(needs)
+    if not wanted or wanted <= caps:
         return None
-    names = sorted(
-        h.name for h in hosts
-        if h.name != me and h.routes and h.stale_ms is not None and h.stale_ms <= ROUTE_FRESH_MS
-        and set(needs) <= h.caps
-    )
-    return names[fnv1a32(job_id) % len(names)] if names else None
+    capable = (h.name for h in hosts if h.name != me and h.routes and is_live(h) and wanted <= h.caps)
+    return pick_host(capable, job_id)
 
 
 async def forward_if_unservable(ctx: Context, held: Held, job: Job) -> bool:
