@@ -19,14 +19,14 @@ FLOW_RE = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
 MODEL_RE = re.compile(r"(?=.{1,64}$)[~@]?[a-z0-9][a-z0-9._:/@_-]*", re.ASCII)
 
 
-def _text(value: bytes | str) -> str:
+def text(value: bytes | str) -> str:
     # Replacement keeps one bad entry from failing the whole page; its content then fails validation.
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def decode_fields(raw: dict[Any, Any]) -> Fields:
     """A stream entry's fields as text, whichever way the client decoded them."""
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {text(k): text(v) for k, v in raw.items()}
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from pidispatch.common.health import Health
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import Job, decode_fields
+from pidispatch.common.models import Job, decode_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import WORKER_NAME_RE
 
@@ -164,12 +164,10 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
     )
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 async def _read(redis: Redis, keys: Keys, now_ms: int) -> list[HostRow]:
-    members = sorted({_s(m) for m in await redis.smembers(keys.hosts)})  # type: ignore[misc]
+    members = sorted({text(m) for m in await redis.smembers(keys.hosts)})  # type: ignore[misc]
     if not members:
         return []
     async with redis.pipeline(transaction=False) as pipe:
@@ -253,6 +251,22 @@ def pick_host(names: Iterable[str], job_id: str) -> str | None:
     """FNV-1a of the job id over the sorted names: the same job always lands on the same host."""
     ordered = sorted(set(names))
     return ordered[fnv1a32(job_id) % len(ordered)] if ordered else None
+
+
+async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
+    """Every host stream by host name: found in the keyspace, plus those of registered hosts."""
+    base = keys.host_jobs("")
+    found: dict[str, str] = {}
+    async for key in redis.scan_iter(match=keys.host_jobs("*"), _type="stream", count=500):
+        name = text(key)[len(base):]
+        if valid_host_name(name):
+            found[name] = text(key)
+    for member in await redis.smembers(keys.hosts):  # type: ignore[misc]
+        name = text(member)
+        if valid_host_name(name):
+            found.setdefault(name, keys.host_jobs(name))
+    return found
+
 
 
 # ---- the router's cache --------------------------------------------------------------------------

@@ -12,14 +12,12 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from pidispatch.common.keys import DEAD_MAXLEN, Keys
-from pidispatch.common.models import Fields, decode_fields
+from pidispatch.common.models import Fields, decode_fields, text
 from pidispatch.common.redis import Redis
 
 Entry = tuple[str, str, Fields]  # (stream, entry id, fields)
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def ensure_group(r: Redis, stream: str, group: str) -> None:
@@ -36,7 +34,7 @@ def _flatten(reply: Any) -> list[Entry]:
     for stream, entries in reply or []:
         for entry_id, fields in entries:
             # A pending entry that was trimmed away comes back with no fields.
-            out.append((_s(stream), _s(entry_id), decode_fields(fields or {})))
+            out.append((text(stream), text(entry_id), decode_fields(fields or {})))
     return out
 
 
@@ -73,7 +71,7 @@ async def claim_idle(
 ) -> tuple[str, list[Entry]]:
     """XAUTOCLAIM one page; returns the next cursor ("0-0" when the scan wrapped) and the entries."""
     reply = await r.xautoclaim(stream, group, consumer, min_idle_ms, start_id=cursor, count=count)
-    next_cursor, entries = _s(reply[0]), reply[1]
+    next_cursor, entries = text(reply[0]), reply[1]
     return next_cursor, _flatten([(stream, [e for e in entries if e is not None])])
 
 

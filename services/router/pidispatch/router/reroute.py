@@ -24,15 +24,15 @@ from redis.exceptions import RedisError, ResponseError
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Fields, decode_fields, job_from_fields
+from pidispatch.common.models import Fields, decode_fields, job_from_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import (
     HostRow,
     RegistryUnreachable,
+    host_streams,
     job_needs,
     read_live_hosts,
     route_job,
-    valid_host_name,
 )
 from pidispatch.router.triggers import FORGE_KINDS
 
@@ -71,29 +71,12 @@ return id
 """
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _after(entry_id: str) -> str:
     """The smallest id greater than ``entry_id`` (XRANGE's ``(`` form needs Redis 6.2)."""
     ms, _, seq = entry_id.partition("-")
     return f"{ms}-{int(seq or 0) + 1}"
-
-
-async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
-    """Every host stream by host name: found in the keyspace, plus those of registered hosts."""
-    base = keys.host_jobs("")
-    found: dict[str, str] = {}
-    async for key in redis.scan_iter(match=keys.host_jobs("*"), _type="stream", count=500):
-        name = _s(key)[len(base):]
-        if valid_host_name(name):
-            found[name] = _s(key)
-    for member in await redis.smembers(keys.hosts):  # type: ignore[misc]
-        name = _s(member)
-        if valid_host_name(name):
-            found.setdefault(name, keys.host_jobs(name))
-    return found
 
 
 async def dead_hosts(redis: Redis, keys: Keys, names: list[str]) -> list[str]:
@@ -112,8 +95,8 @@ async def last_delivered(redis: Redis, stream: str) -> str | None:
     except ResponseError:
         return None  # the stream is gone
     for group in groups:
-        if _s(group.get("name", b"")) == WORKER_GROUP:
-            return _s(group["last-delivered-id"])
+        if text(group.get("name", b"")) == WORKER_GROUP:
+            return text(group["last-delivered-id"])
     return None
 
 
@@ -147,7 +130,7 @@ class _Rerouter:
         while True:
             page = await self.redis.xrange(stream, min=start, max="+", count=REROUTE_PAGE)
             for raw_id, raw in page:
-                entry_id, fields = _s(raw_id), decode_fields(raw)
+                entry_id, fields = text(raw_id), decode_fields(raw)
                 if fields.get("kind") not in FORGE_KINDS:
                     continue  # a local job's folder is on that host's disk: it waits for its host
                 target = target_for(fields, await self.live_hosts(), host, self.keys)
@@ -155,7 +138,7 @@ class _Rerouter:
                     moved += 1
             if len(page) < REROUTE_PAGE:
                 return moved
-            start = _after(_s(page[-1][0]))
+            start = _after(text(page[-1][0]))
 
 
 async def reroute_orphans(redis: Redis, keys: Keys, now_ms: int) -> int:

@@ -39,7 +39,7 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Event, Fields, decode_fields
+from pidispatch.common.models import Event, Fields, decode_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings
@@ -115,8 +115,6 @@ def retry_after_ms(deliveries: int) -> int:
     return int(min(RETRY_FIRST_MS * 2 ** max(deliveries - 1, 0), RETRY_MAX_MS))
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _no_authority(question: Question, delivery: str) -> Verdict:
@@ -257,7 +255,7 @@ class Router:
             consumername=self.consumer, idle=RETRY_FIRST_MS,
         )
         due = [
-            _s(row["message_id"]) for row in rows
+            text(row["message_id"]) for row in rows
             if int(row["time_since_delivered"]) >= retry_after_ms(int(row["times_delivered"]))
         ]
         if not due:
@@ -265,7 +263,7 @@ class Router:
         claimed = await self.redis.xclaim(
             self.keys.events, ROUTER_GROUP, self.consumer, min_idle_time=RETRY_FIRST_MS, message_ids=due
         )
-        await self._process_claimed([(_s(e[0]), _decode(e[1])) for e in claimed if e and e[1]])
+        await self._process_claimed([(text(e[0]), _decode(e[1])) for e in claimed if e and e[1]])
 
     async def _process_claimed(self, entries: list[tuple[str, Fields]]) -> None:
         fresh: list[tuple[str, Fields]] = []
@@ -367,7 +365,7 @@ class Router:
         assert isinstance(w.decision, Fire) and w.event is not None
         carried, statuses = [], []
         for job_id, reply in zip(ids, replies, strict=True):
-            status, value = _s(reply[0]), _s(reply[1])
+            status, value = text(reply[0]), text(reply[1])
             statuses.append(status)
             if status == "deduplicated":
                 carried.append(value)  # the surviving job carries this work
@@ -424,7 +422,7 @@ class Router:
         stored = await self.redis.hget(
             self.keys.event(fields.get("forge", "?"), fields.get("delivery", "?")), "reason"
         )
-        reason = _s(stored) if stored else ""
+        reason = text(stored) if stored else ""
         return reason.split(":", 1)[0] if reason.startswith("lookup-failed") else "max-deliveries"
 
     async def _dead(

@@ -6,6 +6,7 @@ and otherwise kept to about ``PD_EVENTS_MAXLEN`` finished entries, which ``expla
 
 from __future__ import annotations
 
+from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.scripts import NTH_OLDEST_ID
 
@@ -13,8 +14,6 @@ from pidispatch.common.scripts import NTH_OLDEST_ID
 TRIM_SCAN_MAX = 10_000
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _id_key(entry_id: str) -> tuple[int, int]:
@@ -44,11 +43,11 @@ async def trim_events(r: Redis, stream: str, maxlen: int, *, approximate: bool =
     nth = await r.eval(NTH_OLDEST_ID, 1, stream, min(length - maxlen + 1, TRIM_SCAN_MAX))
     groups: list[tuple[str | None, str]] = []
     for info in await r.xinfo_groups(stream):
-        name = _s(info["name"])
+        name = text(info["name"])
         summary = await r.xpending(stream, name)
-        oldest = _s(summary["min"]) if summary["pending"] else None
-        groups.append((oldest, _s(info["last-delivered-id"])))
-    minid = choose_minid(groups, _s(nth) if nth else None)
+        oldest = text(summary["min"]) if summary["pending"] else None
+        groups.append((oldest, text(info["last-delivered-id"])))
+    minid = choose_minid(groups, text(nth) if nth else None)
     if minid is not None:
         await r.xtrim(stream, minid=minid, approximate=approximate)
     return minid

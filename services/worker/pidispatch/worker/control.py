@@ -34,6 +34,7 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.registry import host_streams
 from pidispatch.common.settings import Settings, load_settings
 
 JOB_ID_MAX = 200
@@ -169,12 +170,8 @@ def _s(value: bytes | str | None) -> str | None:
 
 
 async def job_streams(redis: Redis, keys: Keys) -> list[str]:
-    """The shared stream, every registered host's stream, and any other job stream in the keyspace."""
-    names = {keys.jobs}
-    names.update(keys.host_jobs(_s(h) or "") for h in await redis.smembers(keys.hosts))
-    async for name in redis.scan_iter(match=f"{keys.prefix}:jobs:*", _type="stream", count=500):
-        names.add(_s(name) or "")
-    return [keys.jobs, *sorted(names - {keys.jobs})]
+    """The shared stream, then every host's stream (registered or found in the keyspace)."""
+    return [keys.jobs, *sorted(set((await host_streams(redis, keys)).values()))]
 
 
 # ---- cancel ---------------------------------------------------------------------------------------

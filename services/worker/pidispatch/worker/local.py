@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from itertools import chain
 
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields
+from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
 from pidispatch.worker.outcome import InfraFault, Refusal
 
@@ -379,7 +379,7 @@ async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[st
                 keys=[keys.jobid(job.id), keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
                 args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
             )
-            status, value = (_text(r) for r in reply)
+            status, value = (text(r) for r in reply)
             if status == "queued":
                 return "queued", job.id, "queued"
             raw = await redis.hget(keys.job(value), "state")
@@ -390,8 +390,6 @@ async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[st
         ) from None
     finally:
         await redis.aclose()
-    return "duplicate", value, _text(raw) if raw else "queued"
+    return "duplicate", value, text(raw) if raw else "queued"
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -18,8 +18,8 @@ from redis.exceptions import RedisError, ResponseError
 from pidispatch.common import __version__
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import decode_fields
-from pidispatch.common.registry import path_shaped
+from pidispatch.common.models import decode_fields, text
+from pidispatch.common.registry import host_streams, path_shaped
 from pidispatch.common.streams import Entry, ack
 from pidispatch.worker.context import Context, Held
 from pidispatch.worker.runner import OPERATOR_CANCEL
@@ -27,8 +27,6 @@ from pidispatch.worker.runner import OPERATOR_CANCEL
 SlotKey = tuple[str, str]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class Upkeep:
@@ -131,11 +129,7 @@ class Upkeep:
     async def _streams_to_watch(self) -> list[str]:
         """The streams this worker drains, then every other host's stream: a dead host's pending jobs
         are nobody's unless a peer claims them."""
-        others: set[str] = set()
-        async for key in self.ctx.redis.scan_iter(match=self.ctx.keys.host_jobs("*"), _type="stream"):
-            name = _text(key)
-            if name not in self.streams:
-                others.add(name)
+        others = set((await host_streams(self.ctx.redis, self.ctx.keys)).values()) - set(self.streams)
         return [*self.streams, *sorted(others)]
 
     async def claim_orphans(self, limit: int) -> list[Entry]:
@@ -148,7 +142,7 @@ class Upkeep:
             except ResponseError:
                 continue  # no group yet: no worker ever read it, so nothing is pending there
             for row in summary.get("consumers") or []:
-                owner = _text(row["name"])
+                owner = text(row["name"])
                 if owner == ctx.host or await ctx.redis.exists(ctx.keys.host(owner)):
                     continue
                 rows = await ctx.redis.xpending_range(
@@ -162,9 +156,9 @@ class Upkeep:
                 got = await ctx.redis.xclaim(stream, WORKER_GROUP, ctx.host, ttl, ids)
                 for entry_id, fields in got:
                     if not fields:  # deleted from the stream meanwhile: nothing to run
-                        await ack(ctx.redis, stream, WORKER_GROUP, _text(entry_id))
+                        await ack(ctx.redis, stream, WORKER_GROUP, text(entry_id))
                         continue
-                    claimed.append((stream, _text(entry_id), decode_fields(fields)))
+                    claimed.append((stream, text(entry_id), decode_fields(fields)))
                 if got:
                     self.log.warning("jobs_taken_over", dead_host=owner, count=len(got))
                 if len(claimed) >= limit:
