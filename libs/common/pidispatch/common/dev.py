@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pidispatch.common.embedded import find_redis_cli, find_redis_server, free_port, redis_server_argv
 from pidispatch.common.errors import ConfigError, InfraError
@@ -215,27 +216,24 @@ async def _job_image(env: dict[str, str], image: str) -> str:
 async def _demo_image_current(docker: object) -> bool:
     """The demo image exists and declares what the worker's preflight requires (one built by an older
     version lacks the ``anyUid`` capability label and every job would be refused)."""
-    from aiodocker.exceptions import DockerError
-
-    try:
-        info = await docker.images.inspect(DEMO_IMAGE)  # type: ignore[attr-defined]
-    except DockerError as exc:
-        if exc.status == 404:
-            return False
-        raise
-    labels = (info.get("Config") or {}).get("Labels") or {}
+    info = await _inspect(docker, DEMO_IMAGE)
+    labels = ((info or {}).get("Config") or {}).get("Labels") or {}
     return "anyUid" in labels.get(DEMO_CAPABILITIES_LABEL, "").replace(" ", "").split(",")
 
 
 async def _image_exists(docker: object, ref: str) -> bool:
+    return await _inspect(docker, ref) is not None
+
+
+async def _inspect(docker: object, ref: str) -> dict[str, Any] | None:
+    """The image's inspect data, or None when the daemon has no such image."""
     from aiodocker.exceptions import DockerError
 
     try:
-        await docker.images.inspect(ref)  # type: ignore[attr-defined]
-        return True
+        return await docker.images.inspect(ref)  # type: ignore[attr-defined,no-any-return]
     except DockerError as exc:
         if exc.status == 404:
-            return False
+            return None
         raise
 
 

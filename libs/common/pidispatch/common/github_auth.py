@@ -188,21 +188,15 @@ class GithubAuth:
         ``app`` mints a new installation token scoped to that one repository name (owner stripped),
         never installation-wide; ``pat`` returns the PAT; ``gh`` asks ``gh auth token`` again.
         """
-        source = self.config.auth_source
-        if source == "pat":
-            pat = self.config.pat
-            return require_token(pat.reveal() if pat is not None else None, self.config.pat_var)
-        if source == "gh":
-            return await self._gh_token()
-        if source == "app":
-            try:
-                name = repo_name(repo)
-            except (ValueError, AttributeError):
-                raise GithubAuthRefused("a GitHub App job token needs an owner/name repository to be "
-                                        "scoped to; this job names none") from None
-            token, _ = await self._mint(name, {})
-            return token
-        raise GithubAuthRefused("GITHUB_AUTH_SOURCE is not set; accepted: gh, pat or app")
+        if self.config.auth_source != "app":
+            return await self.token(repo)  # a standing credential: nothing per job to mint
+        try:
+            name = repo_name(repo)
+        except (ValueError, AttributeError):
+            raise GithubAuthRefused("a GitHub App job token needs an owner/name repository to be "
+                                    "scoped to; this job names none") from None
+        token, _ = await self._mint(name, {})
+        return token
 
     async def jwt(self) -> str:
         """The App's own JWT (for ``/app`` endpoints), reused until a minute before it expires."""
