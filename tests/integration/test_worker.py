@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, create_redis
-from tests.helpers import RedisProcess, ServiceProcess, wait_for
+from tests.helpers import RedisProcess, wait_for
 from tests.worker_support import enqueue, issue_job, record, running_worker
 
 
@@ -219,35 +219,6 @@ async def test_job_past_its_timeout_is_stopped_and_recorded_worker_abort(
     assert (rec["outcome"], rec["reason"]) == ("policy", "worker-abort")
     assert rec["turns"] == 1  # the exit line printed before the stop is still read
     assert await job_containers(docker, job) == []
-
-
-async def test_restarted_worker_reattaches_to_its_running_container_instead_of_starting_another(
-    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
-) -> None:
-    job = issue_job("exit=0 sleep=3")
-    first = ServiceProcess("worker", env, tmp_path / "worker-1.log")
-    second = ServiceProcess("worker", env, tmp_path / "worker-2.log")
-    try:
-        first.start()
-        await enqueue(redis, keys, job)
-        await wait_for(lambda: _is_running(redis, keys, job), 60, what="the job to run")
-        container = (await state(redis, keys, job))["container"]
-        first.kill()  # SIGKILL: no shutdown, the entry stays pending and the container keeps running
-        second.start()
-        await wait_for(lambda: second.logged("job_finished"), 60, what="the restarted worker to finish")
-        assert second.stop() == 0
-    finally:
-        first.stop()
-        second.stop()
-    assert second.logged("job_reattached")[0]["container"] == container[:12]
-    assert second.logged("job_started") == []
-    rec = json.loads((Path(env["PI_LOGS_DIR"]) / f"{job.id}.json").read_text())
-    assert (rec["outcome"], rec["exitCode"]) == ("completed", 0)
-    assert rec["turns"] == 1  # output printed before the re-attach is replayed
-    assert (await state(redis, keys, job))["container"] == container
-    assert await pending_ids(redis, keys) == []
-    assert await job_containers(docker, job) == []
-    assert os.listdir(env["PI_JOBS_DIR"]) == []
 
 
 async def deliver_to(redis: Redis, keys: Keys, consumer: str, job: Job) -> str:

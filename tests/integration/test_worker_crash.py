@@ -52,18 +52,25 @@ async def test_restarted_worker_reattaches_and_exactly_one_container_runs_and_on
         first.start()
         await enqueue(redis, keys, job)
         await wait_for(lambda: first.logged("job_started"), 60, what="the container to start")
+        container = (await job_state(redis, keys, job))["container"]
         kill_tree(first)
         assert len(await job_containers(docker, job)) == 1  # it keeps running without its worker
         second.start()
         await wait_for(lambda: second.logged("job_finished"), 30, what="the restarted worker to finish")
+        assert second.stop() == 0
     finally:
         first.stop()
         second.stop()
-    assert second.logged("job_reattached") and not second.logged("job_started")
+    assert second.logged("job_reattached")[0]["container"] == container[:12]
+    assert not second.logged("job_started")
     assert [e["job"] for e in first.logged("job_started")] == [job.id]
     rec = read_record(env, job)
     assert rec is not None and (rec["outcome"], rec["exitCode"], rec["attempt"]) == ("completed", 0, 1)
+    assert rec["turns"] == 1  # output printed before the re-attach is replayed
+    assert (await job_state(redis, keys, job))["container"] == container
+    assert (await redis.xpending(keys.jobs, WORKER_GROUP))["pending"] == 0
     assert await job_containers(docker, job) == []
+    assert os.listdir(env["PI_JOBS_DIR"]) == []
 
 
 async def test_peer_records_a_dead_hosts_started_job_worker_lost_and_starts_no_second_container(
