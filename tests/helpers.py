@@ -141,3 +141,28 @@ class ServiceProcess:
                 self.proc.wait(10)
         self._log.close()
         return self.proc.returncode
+
+
+class Cli:
+    """Runs the verbs ``register`` adds the way ``pi-dispatch`` does (same exit-code mapping), in a thread
+    because the CLI calls asyncio.run, and captures what they print."""
+
+    def __init__(self, capsys: Any, register: Callable[[Any], None]) -> None:
+        self.capsys, self.register = capsys, register
+        self.out = self.err = ""
+
+    async def __call__(self, *argv: str) -> int:
+        import argparse
+
+        from pidispatch.common import cli
+
+        parser = argparse.ArgumentParser(prog="pi-dispatch")
+        self.register(parser.add_subparsers())
+        args = parser.parse_args(argv)
+        code = await asyncio.to_thread(cli.run, args.func, args)
+        captured = self.capsys.readouterr()
+        self.out, self.err = captured.out, captured.err
+        return code
+
+    def json(self) -> Any:
+        return json.loads(self.out)

@@ -5,14 +5,10 @@ The CLI runs in a thread (it calls asyncio.run) while the test plays the worker 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-from typing import Any
 
 import pytest
 
-from pidispatch.common import cli
 from pidispatch.common.delayed import Envelope, schedule
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, WORKER_GROUP, Keys
@@ -20,28 +16,8 @@ from pidispatch.common.models import job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import ensure_group, read_group
 from pidispatch.worker import control
-from tests.helpers import wait_for
+from tests.helpers import Cli, wait_for
 from tests.worker_support import issue_job
-
-
-class Cli:
-    """Runs a verb the way ``pi-dispatch`` does (same exit-code mapping) and captures its output."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-        self.out = self.err = ""
-
-    async def __call__(self, *argv: str) -> int:
-        parser = argparse.ArgumentParser(prog="pi-dispatch")
-        control.register(parser.add_subparsers())
-        args = parser.parse_args(argv)
-        code = await asyncio.to_thread(cli.run, args.func, args)
-        captured = self.capsys.readouterr()
-        self.out, self.err = captured.out, captured.err
-        return code
-
-    def json(self) -> dict[str, Any]:
-        return json.loads(self.out)
 
 
 @pytest.fixture
@@ -50,7 +26,7 @@ def run(base_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytes
         monkeypatch.setenv(name, base_env[name])
     # An unrelated broken setting must not stop an operator from cancelling or looking.
     monkeypatch.setenv("GITHUB_AUTH_SOURCE", "broken")
-    return Cli(capsys)
+    return Cli(capsys, control.register)
 
 
 async def enqueue(redis: Redis, stream: str, job_id: str, attempt: int = 1) -> str:

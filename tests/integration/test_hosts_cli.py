@@ -3,40 +3,24 @@ thread while the test writes registry rows on its own loop)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 
 import pytest
 
-from pidispatch.common import cli
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.router import commands
-
-
-class Cli:
-    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
-        self.capsys = capsys
-        self.out = self.err = ""
-
-    async def __call__(self, *argv: str) -> int:
-        parser = argparse.ArgumentParser(prog="pi-dispatch")
-        commands.register(parser.add_subparsers())
-        args = parser.parse_args(argv)
-        code = await asyncio.to_thread(cli.run, args.func, args)
-        captured = self.capsys.readouterr()
-        self.out, self.err = captured.out, captured.err
-        return code
+from tests.helpers import Cli
 
 
 @pytest.fixture
 def run(base_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
     for name in ("REDIS_URL", "PD_KEY_PREFIX"):
         monkeypatch.setenv(name, base_env[name])
-    return Cli(capsys)
+    return Cli(capsys, commands.register)
 
 
 async def beat(redis: Redis, keys: Keys, name: str, *, age_ms: int, **fields: str) -> None:
