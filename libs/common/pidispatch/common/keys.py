@@ -40,6 +40,21 @@ RETRY_CAP_S = 10.0
 BUDGET_DAY_TTL_S = 2 * DAY_S
 BUDGET_WEEK_TTL_S = 9 * DAY_S
 BUDGET_MONTH_TTL_S = 40 * DAY_S
+BUDGET_TOKENS_TTL_S = BUDGET_DAY_TTL_S  # the daily token counter lives as long as a day window
+
+# Routing (spec ingest §6): a host is routed to only with evidence of life, three missed beats (stricter
+# than the 90 s row TTL, because a job routed onto a dead host's stream waits for the rerouter). The
+# router re-reads the registry at most once per 5 s and never waits longer than 1.5 s for it; it looks for
+# a dead host's unread jobs once per beat.
+ROUTE_FRESH_MS = 45_000
+HOSTS_CACHE_TTL_MS = 5_000
+REGISTRY_READ_TIMEOUT_S = 1.5
+REROUTE_INTERVAL_S = 15.0
+REROUTE_PAGE = 100
+
+# Run-record mirror (spec worker §4.4): never older than the deepest reader asks, never more members.
+MIRROR_MAX_DAYS = 92
+RUNS_INDEX_MAX = 5_000
 
 # Delayed jobs: how often the promoter looks for due entries, and how many it moves per call.
 PROMOTE_INTERVAL_S = 0.5

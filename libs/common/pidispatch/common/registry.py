@@ -21,7 +21,7 @@ import msgspec
 from redis.exceptions import RedisError
 
 from pidispatch.common.health import Health
-from pidispatch.common.keys import Keys
+from pidispatch.common.keys import HOSTS_CACHE_TTL_MS, REGISTRY_READ_TIMEOUT_S, ROUTE_FRESH_MS, Keys
 from pidispatch.common.models import Job, decode_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import WORKER_NAME_RE
@@ -33,13 +33,6 @@ CAP_SECRET = "s"
 CAP_WAIT = "w"
 _CLASSES = (CAP_SECRET, CAP_WAIT)
 
-# A host is routed to only with evidence of life: three missed 15 s beats, far stricter than the 90 s
-# row TTL, because a job routed onto a dead host's stream waits until that host (or the rerouter) acts.
-ROUTE_FRESH_MS = 45_000
-# The router's registry cache: one read per window instead of one per delivery; a beat is 15 s.
-HOSTS_CACHE_TTL_MS = 5_000
-# A routing hint is never worth making the router wait longer than this for the registry.
-REGISTRY_READ_TIMEOUT_S = 1.5
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193

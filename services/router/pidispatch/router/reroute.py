@@ -22,7 +22,7 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from pidispatch.common.health import Backoff, Health
-from pidispatch.common.keys import WORKER_GROUP, Keys
+from pidispatch.common.keys import REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields, decode_fields, job_from_fields, text
 from pidispatch.common.redis import Redis
@@ -35,9 +35,6 @@ from pidispatch.common.registry import (
     route_job,
 )
 from pidispatch.router.triggers import FORGE_KINDS
-
-REROUTE_INTERVAL_S = 15.0  # one host beat: a dead host's backlog moves within a beat of its row expiring
-REROUTE_PAGE = 100
 
 # Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
 # KEYS: source stream, target stream. ARGV: group, entry id.

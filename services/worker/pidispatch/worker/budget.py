@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeout
 from pidispatch.common.keys import (
     BUDGET_DAY_TTL_S,
     BUDGET_MONTH_TTL_S,
+    BUDGET_TOKENS_TTL_S,
     BUDGET_WEEK_TTL_S,
     REDIS_OP_TIMEOUT_S,
     Keys,
@@ -31,9 +32,6 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings
 from pidispatch.worker.outcome import Refusal
-
-# The token counter lives as long as a day window. (For keys.py: BUDGET_TOKENS_TTL_S.)
-BUDGET_TOKENS_TTL_S = BUDGET_DAY_TTL_S
 
 OVER_BUDGET = "over-budget"
 SOFT_HOLD = "soft-hold"

@@ -17,15 +17,11 @@ from datetime import UTC, datetime
 import msgspec
 
 from pidispatch.common.health import Health
-from pidispatch.common.keys import DAY_S, REDIS_OP_TIMEOUT_S, Keys
+from pidispatch.common.keys import DAY_S, MIRROR_MAX_DAYS, REDIS_OP_TIMEOUT_S, RUNS_INDEX_MAX, Keys
 from pidispatch.common.models import RunRecord, sanitize_job_id
 from pidispatch.common.redis import Redis
 from pidispatch.worker.history import encode_record
 
-# The deepest any reader asks; a longer window would keep bytes nothing requests.
-MIRROR_MAX_DAYS = 92
-# A ceiling on index members independent of time: a busy fleet would otherwise hold 92 days of runs.
-RUNS_INDEX_MAX = 5_000
 DAY_MS = DAY_S * 1000
 
 # What ``read_mirror`` reports besides its runs (``unreachable`` also names the exception class).
