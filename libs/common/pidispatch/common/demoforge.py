@@ -17,6 +17,7 @@ from base64 import b64decode
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 REPO = "demo/hello"
 BRANCH = "main"
@@ -97,7 +98,7 @@ class DemoForge:
         return (await _git("rev-parse", BRANCH, cwd=bare, env=_base_env(self.root))).decode().strip()
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/git/"):
             if not self._git_ok(request):
                 return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="demo"'})

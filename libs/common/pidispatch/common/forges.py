@@ -41,10 +41,10 @@ class GithubForge(msgspec.Struct, frozen=True, kw_only=True):
     api_url: str = GITHUB_API_DEFAULT
     auth_source: str | None = None  # gh | pat | app; None = no GitHub credentials
     pat_var: str = "GITHUB_PAT"
-    pat: Secret | None = None
+    pat: Secret[str] | None = None
     app_id: str | None = None
     installation_id: int | None = None
-    app_private_key: Secret | None = None  # PEM text, from GITHUB_APP_PRIVATE_KEY
+    app_private_key: Secret[str] | None = None  # PEM text, from GITHUB_APP_PRIVATE_KEY
     app_private_key_path: str | None = None  # read when first needed (github_auth), never logged
     self_id: int | None = None
 
@@ -55,7 +55,7 @@ class GithubForge(msgspec.Struct, frozen=True, kw_only=True):
 
 class GitlabForge(msgspec.Struct, frozen=True, kw_only=True):
     url: str = GITLAB_URL_DEFAULT
-    token: Secret | None = None
+    token: Secret[str] | None = None
     self_id: int | None = None
 
     @property
@@ -65,7 +65,7 @@ class GitlabForge(msgspec.Struct, frozen=True, kw_only=True):
 
 class ForgejoForge(msgspec.Struct, frozen=True, kw_only=True):
     url: str | None = None
-    token: Secret | None = None
+    token: Secret[str] | None = None
     bot_id: int | None = None
 
     @property
@@ -76,7 +76,7 @@ class ForgejoForge(msgspec.Struct, frozen=True, kw_only=True):
 class AzureForge(msgspec.Struct, frozen=True, kw_only=True):
     org_url: str | None = None
     graph_url: str | None = None  # derived from org_url unless AZURE_GRAPH_URL overrides it
-    token: Secret | None = None
+    token: Secret[str] | None = None
     self_id: str | None = None
     self_email: str | None = None  # lower-cased
 
@@ -156,12 +156,12 @@ def _positive_id(env: Mapping[str, str], name: str) -> int | None:
     return int(raw)
 
 
-def _secret(env: Mapping[str, str], name: str) -> Secret | None:
+def _secret(env: Mapping[str, str], name: str) -> Secret[str] | None:
     raw = _get(env, name)
     return None if raw is None else Secret(raw)
 
 
-def _pem(raw: str) -> Secret:
+def _pem(raw: str) -> Secret[str]:
     # .env files often carry a PEM on one line with literal \n; a real PEM has real newlines.
     text = raw.replace("\\n", "\n") if "\n" not in raw else raw
     if "-----BEGIN" not in text or "PRIVATE KEY-----" not in text:

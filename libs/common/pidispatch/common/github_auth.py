@@ -29,11 +29,11 @@ from pidispatch.common.forges import (
     BadBody,
     ForgeConfig,
     GithubForge,
-    Secret,
     Unreachable,
     call,
 )
 from pidispatch.common.runtime import now_ms
+from pidispatch.common.secret import Secret
 
 Clock = Callable[[], int]  # epoch milliseconds
 
@@ -158,7 +158,7 @@ class GithubAuth:
         self.http, self.clock, self.gh_path = http, clock, gh_path
         self._key: rsa.RSAPrivateKey | None = None
         self._jwt: tuple[str, int] | None = None  # (jwt, exp seconds)
-        self._tokens: dict[tuple[str | None, tuple[tuple[str, str], ...]], tuple[Secret, int]] = {}
+        self._tokens: dict[tuple[str | None, tuple[tuple[str, str], ...]], tuple[Secret[str], int]] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -290,7 +290,7 @@ class GithubAuth:
         token = require_token(data.get("token"), "the installation token mint")
         return token, _expiry_ms(data.get("expires_at"))
 
-    def _remember(self, key: tuple[str | None, tuple[tuple[str, str], ...]], token: Secret,
+    def _remember(self, key: tuple[str | None, tuple[tuple[str, str], ...]], token: Secret[str],
                   expires: int) -> None:
         now = self.clock()
         if len(self._tokens) >= TOKEN_CACHE_MAX:

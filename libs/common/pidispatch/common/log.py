@@ -66,4 +66,6 @@ class _LibraryBridge(logging.Handler):
 
 
 def get_logger() -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger()
+    # configure_logging sets make_filtering_bound_logger, so this is the type every logger has.
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger()
+    return logger

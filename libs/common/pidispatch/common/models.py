@@ -7,6 +7,7 @@ travels as one JSON field. Keys that a rule did not set are absent, never null (
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -24,7 +25,7 @@ def text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def decode_fields(raw: dict[Any, Any]) -> Fields:
+def decode_fields(raw: Mapping[Any, Any]) -> Fields:
     """A stream entry's fields as text, whichever way the client decoded them."""
     return {text(k): text(v) for k, v in raw.items()}
 

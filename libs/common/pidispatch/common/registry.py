@@ -160,7 +160,7 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
 
 
 async def _read(redis: Redis, keys: Keys, now_ms: int) -> list[HostRow]:
-    members = sorted({text(m) for m in await redis.smembers(keys.hosts)})  # type: ignore[misc]
+    members = sorted({text(m) for m in await redis.smembers(keys.hosts)})
     if not members:
         return []
     async with redis.pipeline(transaction=False) as pipe:
@@ -254,7 +254,7 @@ async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
         name = text(key)[len(base):]
         if valid_host_name(name):
             found[name] = text(key)
-    for member in await redis.smembers(keys.hosts):  # type: ignore[misc]
+    for member in await redis.smembers(keys.hosts):
         name = text(member)
         if valid_host_name(name):
             found.setdefault(name, keys.host_jobs(name))

@@ -12,6 +12,7 @@ class Secret(Generic[T]):
     """Prints as ``Secret(***)``; ``reveal()`` is the one way to read the value."""
 
     __slots__ = ("_value",)
+    _value: T
 
     def __init__(self, value: T) -> None:
         self._value = value

@@ -7,17 +7,44 @@ acks it in the same transaction, so it is neither lost nor retried forever.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT, FieldT, KeyT, StreamIdT
 
 from pidispatch.common.keys import DEAD_MAXLEN, Keys
 from pidispatch.common.models import Fields, decode_fields, text
 from pidispatch.common.redis import Redis
 
 Entry = tuple[str, str, Fields]  # (stream, entry id, fields)
+StreamEntry = tuple[str, Fields]  # (entry id, fields) of one stream
 
 
+def entries_of(raw: Iterable[object] | None) -> list[StreamEntry]:
+    """XRANGE/XCLAIM-shaped replies as text; a trimmed pending entry (no fields) is dropped."""
+    out: list[StreamEntry] = []
+    for item in raw or ():
+        match item:
+            case (bytes() | str() as entry_id, Mapping() as fields):
+                out.append((text(entry_id), decode_fields(fields)))
+    return out
+
+
+def wire(fields: Mapping[str, str]) -> dict[FieldT, EncodableT]:
+    """Text fields as redis-py's ``xadd`` types them (its dict parameter is invariant; str is accepted)."""
+    return cast("dict[FieldT, EncodableT]", fields)
+
+
+async def xrange(r: Redis, stream: str, *, min: str = "-", max: str = "+", count: int | None = None
+                 ) -> list[StreamEntry]:
+    return entries_of(await r.xrange(stream, min=min, max=max, count=count))
+
+
+async def xrevrange(r: Redis, stream: str, *, max: str = "+", min: str = "-", count: int | None = None
+                    ) -> list[StreamEntry]:
+    return entries_of(await r.xrevrange(stream, max=max, min=min, count=count))
 
 
 async def ensure_group(r: Redis, stream: str, group: str) -> None:
@@ -50,14 +77,15 @@ async def read_group(
 
     A group deleted under us (``NOGROUP``: stream flushed, Redis restarted empty) is recreated once.
     """
+    wanted: dict[KeyT, StreamIdT] = dict(streams.items())
     try:
-        reply = await r.xreadgroup(group, consumer, streams, count=count, block=block_ms)
+        reply = await r.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
     except ResponseError as exc:
         if "NOGROUP" not in str(exc):
             raise
         for stream in streams:
             await ensure_group(r, stream, group)
-        reply = await r.xreadgroup(group, consumer, streams, count=count, block=block_ms)
+        reply = await r.xreadgroup(group, consumer, wanted, count=count, block=block_ms)
     return _flatten(reply)
 
 
@@ -75,10 +103,46 @@ async def claim_idle(
     return next_cursor, _flatten([(stream, [e for e in entries if e is not None])])
 
 
+def _text(value: bytes | str | int) -> str:
+    return str(value) if isinstance(value, int) else text(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One row of XPENDING's extended form."""
+
+    entry_id: str
+    consumer: str
+    idle_ms: int
+    deliveries: int
+
+
+async def pending(
+    r: Redis, stream: str, group: str, *, count: int, min: str = "-", max: str = "+",
+    consumer: str | None = None, idle_ms: int | None = None,
+) -> list[Pending]:
+    rows = await r.xpending_range(
+        stream, group, min=min, max=max, count=count, consumername=consumer, idle=idle_ms
+    )
+    return [
+        Pending(_text(row["message_id"]), _text(row["consumer"]), int(row["time_since_delivered"]),
+                int(row["times_delivered"]))
+        for row in rows
+    ]
+
+
+async def claim(
+    r: Redis, stream: str, group: str, consumer: str, min_idle_ms: int, entry_ids: Sequence[str]
+) -> list[StreamEntry]:
+    """XCLAIM: the entries that were still pending and idle long enough are now ours."""
+    ids: list[StreamIdT] = list(entry_ids)
+    return entries_of(await r.xclaim(stream, group, consumer, min_idle_time=min_idle_ms, message_ids=ids))
+
+
 async def delivery_count(r: Redis, stream: str, group: str, entry_id: str) -> int:
     """How many times the group has delivered this entry (0 if it is no longer pending)."""
-    rows = await r.xpending_range(stream, group, min=entry_id, max=entry_id, count=1)
-    return int(rows[0]["times_delivered"]) if rows else 0
+    rows = await pending(r, stream, group, min=entry_id, max=entry_id, count=1)
+    return rows[0].deliveries if rows else 0
 
 
 async def send_to_dead(
@@ -97,6 +161,6 @@ async def send_to_dead(
     for k, v in fields.items():
         dead_fields.setdefault(k, v)
     async with r.pipeline(transaction=True) as pipe:
-        pipe.xadd(keys.dead, dead_fields, maxlen=DEAD_MAXLEN, approximate=True)
+        pipe.xadd(keys.dead, wire(dead_fields), maxlen=DEAD_MAXLEN, approximate=True)
         pipe.xack(source, group, entry_id)
         await pipe.execute()

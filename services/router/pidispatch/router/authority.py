@@ -18,7 +18,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote
 
 import aiohttp
@@ -84,7 +84,7 @@ def seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int | float]:
     """JSON integer semantics (as the original's ``Number.isInteger``): no bools, integral floats count."""
     if isinstance(value, bool):
         return False

@@ -15,11 +15,11 @@ from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.forges import ForgeConfig, create_http, load_forge_config
 from pidispatch.common.github_auth import GithubAuth
-from pidispatch.common.keys import Keys
+from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.common.registry import ROUTE_FRESH_MS, HostRow, RegistryUnreachable, read_live_hosts
+from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.router import events, pipeline

@@ -8,13 +8,12 @@ semantic dedup still hold, so a delivery that already made its job makes no seco
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import Event, decode_fields
+from pidispatch.common.models import Event, decode_fields, text
 from pidispatch.common.redis import Redis
+from pidispatch.common.streams import wire, xrange, xrevrange
 
 FORGES = ("github", "gitlab", "forgejo", "azure")
 # Set on a replayed entry, so the log and the decision say it was an operator's replay.
@@ -55,12 +54,9 @@ def _decision_row(entry: str, fields: dict[str, str], decision: dict[str, str]) 
 
 async def recent(r: Redis, keys: Keys, limit: int) -> list[Delivery]:
     """The newest ``limit`` stored deliveries, newest first, each with its decision (if made yet)."""
-    entries = await r.xrevrange(keys.events, count=limit)
-    rows: list[tuple[str, dict[str, str]]] = []
+    rows = await xrevrange(r, keys.events, count=limit)
     async with r.pipeline(transaction=False) as pipe:
-        for entry_id, raw in entries:
-            fields = decode_fields(raw)
-            rows.append((entry_id.decode(), fields))
+        for _, fields in rows:
             pipe.hgetall(keys.event(fields.get("forge", "?"), fields.get("delivery", "?")))
         decisions = await pipe.execute()
     return [_decision_row(e, f, decode_fields(d)) for (e, f), d in zip(rows, decisions, strict=True)]
@@ -72,24 +68,22 @@ async def find(r: Redis, keys: Keys, delivery: str, forge: str | None = None) ->
     for f in (forge,) if forge else FORGES:
         entry = await r.hget(keys.event(f, delivery), "entry")
         if entry:
-            found = await r.xrange(keys.events, min=entry, max=entry, count=1)
+            found = await xrange(r, keys.events, min=text(entry), max=text(entry), count=1)
             if found:
-                return found[0][0].decode(), Event.from_fields(found[0][1])
+                return found[0][0], Event.from_fields(found[0][1])
     last = "+"
     while True:
-        page: list[Any] = await r.xrevrange(keys.events, max=last, count=500)
-        for entry_id, raw in page:
-            fields = decode_fields(raw)
+        page = await xrevrange(r, keys.events, max=last, count=500)
+        for entry_id, fields in page:
             if fields.get("delivery") == delivery and (forge is None or fields.get("forge") == forge):
-                return entry_id.decode(), Event.from_fields(raw)
+                return entry_id, Event.from_fields(fields)
         if len(page) < 500:
             return None
-        last = "(" + page[-1][0].decode()
+        last = "(" + page[-1][0]
 
 
 async def replay(r: Redis, keys: Keys, event: Event, now_ms: int) -> str:
     """Append the stored event again for the router; returns the new entry id."""
     fields = event.to_fields()
     fields[REPLAY_FIELD] = str(now_ms)
-    entry: bytes = await r.xadd(keys.events, fields)
-    return entry.decode()
+    return text(await r.xadd(keys.events, wire(fields)))

@@ -7,7 +7,7 @@ grammars (``modelref``, ``waitfor``), so every refusal reads ``triggers[<index>]
 from __future__ import annotations
 
 import re
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 # JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator): the original tests "blank" and
 # "padded" with it, and Python's str.strip() differs (it strips U+001C..U+001F, keeps U+FEFF).
@@ -49,11 +49,11 @@ def trim(value: str) -> str:
     return value.strip(JS_WHITESPACE)
 
 
-def nonblank(value: Any) -> bool:
+def nonblank(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and trim(value) != ""
 
 
-def unpadded(value: Any) -> bool:
+def unpadded(value: Any) -> TypeGuard[str]:
     """Non-blank with nothing to trim: the reviewed file must not disagree with what runs."""
     return nonblank(value) and value == trim(value)
 

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError, ResponseError
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Fields, decode_fields, job_from_fields, text
+from pidispatch.common.models import Fields, job_from_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import (
     HostRow,
@@ -34,6 +34,7 @@ from pidispatch.common.registry import (
     read_live_hosts,
     route_job,
 )
+from pidispatch.common.streams import xrange
 from pidispatch.router.triggers import FORGE_KINDS
 
 # Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
@@ -125,17 +126,16 @@ class _Rerouter:
         start = _after(last) if last else "-"
         moved = 0
         while True:
-            page = await self.redis.xrange(stream, min=start, max="+", count=REROUTE_PAGE)
-            for raw_id, raw in page:
-                entry_id, fields = text(raw_id), decode_fields(raw)
+            page = await xrange(self.redis, stream, min=start, count=REROUTE_PAGE)
+            for entry_id, fields in page:
                 if fields.get("kind") not in FORGE_KINDS:
                     continue  # a local job's folder is on that host's disk: it waits for its host
                 target = target_for(fields, await self.live_hosts(), host, self.keys)
-                if await self.redis.eval(_MOVE, 2, stream, target, WORKER_GROUP, entry_id):  # type: ignore[misc]
+                if await self.redis.eval(_MOVE, 2, stream, target, WORKER_GROUP, entry_id):
                     moved += 1
             if len(page) < REROUTE_PAGE:
                 return moved
-            start = _after(text(page[-1][0]))
+            start = _after(page[-1][0])
 
 
 async def reroute_orphans(redis: Redis, keys: Keys, now_ms: int) -> int:

@@ -147,7 +147,7 @@ def _instructions(e: Entry) -> str | None:
         e.fail("run.instructions", "is refused on a cron trigger; accepted: put it at the top of run.task")
     if not nonblank(text) or js_length(text) > INSTRUCTIONS_MAX:
         e.fail("run.instructions", f"must be a non-blank string of at most {INSTRUCTIONS_MAX} characters")
-    return text  # type: ignore[no-any-return]
+    return text
 
 
 def _resume(e: Entry) -> bool | None:
@@ -169,7 +169,7 @@ def _repository(e: Entry) -> str | None:
     value = e.run["repository"]
     if not unpadded(value) or "/" in value:
         e.fail("run.repository", "must be a repository name without '/' or surrounding spaces")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _replicas(e: Entry) -> int | None:

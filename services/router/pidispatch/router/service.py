@@ -39,15 +39,17 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Event, Fields, decode_fields, text
+from pidispatch.common.models import Event, Fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
+    claim,
     claim_idle,
     delivery_count,
     ensure_group,
+    pending,
     read_group,
     send_to_dead,
 )
@@ -250,20 +252,15 @@ class Router:
 
     async def _retry_own(self) -> None:
         """Re-try our own entries left pending by a failed lookup or error, each after its backoff."""
-        rows = await self.redis.xpending_range(
-            self.keys.events, ROUTER_GROUP, min="-", max="+", count=CLAIM_COUNT,
-            consumername=self.consumer, idle=RETRY_FIRST_MS,
+        rows = await pending(
+            self.redis, self.keys.events, ROUTER_GROUP, count=CLAIM_COUNT, consumer=self.consumer,
+            idle_ms=RETRY_FIRST_MS,
         )
-        due = [
-            text(row["message_id"]) for row in rows
-            if int(row["time_since_delivered"]) >= retry_after_ms(int(row["times_delivered"]))
-        ]
+        due = [row.entry_id for row in rows if row.idle_ms >= retry_after_ms(row.deliveries)]
         if not due:
             return
-        claimed = await self.redis.xclaim(
-            self.keys.events, ROUTER_GROUP, self.consumer, min_idle_time=RETRY_FIRST_MS, message_ids=due
-        )
-        await self._process_claimed([(text(e[0]), _decode(e[1])) for e in claimed if e and e[1]])
+        claimed = await claim(self.redis, self.keys.events, ROUTER_GROUP, self.consumer, RETRY_FIRST_MS, due)
+        await self._process_claimed(claimed)
 
     async def _process_claimed(self, entries: list[tuple[str, Fields]]) -> None:
         fresh: list[tuple[str, Fields]] = []
@@ -439,7 +436,3 @@ class Router:
             await self.redis.expire(key, EVENT_DECISION_TTL_S)
         extra = {"error": error} if error else {}
         self.log.warning("event_dead", entry=entry_id, reason=reason, **extra)
-
-
-def _decode(raw: Any) -> Fields:
-    return decode_fields(raw)

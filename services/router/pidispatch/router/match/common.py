@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 from pidispatch.router.decision import Drop
 from pidispatch.router.explain import Trace
@@ -11,7 +11,7 @@ from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import LabelRule
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """A JSON integer. A bool is an int in Python but never an id or an item number."""
     return type(value) is int
 

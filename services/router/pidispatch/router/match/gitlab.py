@@ -60,8 +60,8 @@ def decide(
         # Close first, labels only as a fallback: a close that also added a label fires the close rule
         # or the label rule, never both; a refused closer is never demoted into a label job.
         closed = issue_close(ctx)
-        refused = isinstance(closed, Drop) and closed.reason == "closer-not-allowed"
-        if isinstance(closed, Drop) and not refused and subset.label_changes is not None:
+        closer_refused = isinstance(closed, Drop) and closed.reason == "closer-not-allowed"
+        if isinstance(closed, Drop) and not closer_refused and subset.label_changes is not None:
             return label_route(ctx)
         return closed
     if kind == "merge_request":
