@@ -425,7 +425,7 @@ def test_a_missing_file_is_a_configuration_error(tmp_path: Path) -> None:
 def test_a_file_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> None:
     path = tmp_path / "triggers.json"
     path.write_bytes(b'{"triggers": ["\xff"]}')
-    with pytest.raises(ConfigError, match="cannot be read"):
+    with pytest.raises(ConfigError, match="is not UTF-8; accepted: a UTF-8 JSON file"):
         load_triggers(str(path))
 
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from pidispatch.common.errors import ConfigError
 from pidispatch.router.rules import RulesRef
-from pidispatch.router.triggers import load_triggers
+from pidispatch.router.triggers import TRIGGERS_MAX_BYTES, load_triggers
 from pidispatch.router.watch import signature, watch_triggers
 from tests.helpers import wait_for
 
@@ -110,8 +111,41 @@ async def test_a_path_that_cannot_be_read_keeps_the_last_good_rules(path: Path) 
         path.unlink()
         path.mkdir()  # a directory where the file was: open() fails, the watcher must not
         await wait_for(lambda: events(logs, "triggers_reload_invalid"), 5, what="the read failure")
-        assert "cannot be read" in events(logs, "triggers_reload_invalid")[0]["error"]
+        assert "not a regular file" in events(logs, "triggers_reload_invalid")[0]["error"]
         assert ref.current is good
+
+
+async def test_a_fifo_in_place_of_the_file_is_refused_without_blocking_the_watcher(path: Path) -> None:
+    async with watching(path) as (ref, logs):
+        good = ref.current
+        path.unlink()
+        os.mkfifo(path)  # opening it for reading would wait for a writer that never comes
+        await wait_for(lambda: events(logs, "triggers_reload_invalid"), 5, what="the FIFO refusal")
+        assert "not a regular file" in events(logs, "triggers_reload_invalid")[0]["error"]
+        assert ref.current is good
+        path.unlink()
+        path.write_text(triggers(3))
+        await wait_for(lambda: ref.current.count == 3, 5, what="the file after the FIFO to be read")
+
+
+async def test_load_refuses_a_fifo_and_a_device_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "triggers.json"
+    os.mkfifo(fifo)
+    for where in (str(fifo), "/dev/zero"):
+        with pytest.raises(ConfigError, match="is not a regular file"):
+            await asyncio.wait_for(asyncio.to_thread(load_triggers, where), 5)
+
+
+def test_load_refuses_a_file_over_the_size_cap(path: Path) -> None:
+    path.write_text(" " * (TRIGGERS_MAX_BYTES + 1))
+    with pytest.raises(ConfigError, match="at most 1048576 bytes"):
+        load_triggers(str(path))
+
+
+def test_json_nested_deeper_than_the_parser_handles_is_a_refusal_not_a_crash(path: Path) -> None:
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_triggers(str(path))
 
 
 async def test_stop_ends_the_watcher_without_an_error(path: Path) -> None:

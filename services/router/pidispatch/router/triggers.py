@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -37,6 +38,8 @@ __all__ = [
 ON_TYPES = ("cron", "label", "comment", "pull_request", "issue")
 FORGE_KINDS = ("github", "gitlab", "forgejo", "azure")
 RUN_KINDS = ("local", *FORGE_KINDS)
+# A rules file is a few KiB; the cap bounds what a mistaken path (a log, an image) can cost to read.
+TRIGGERS_MAX_BYTES = 1024 * 1024
 SELECTORS = ("any", "all", "none")
 
 # Each forge's own action words (spec §3.2): a word from another forge would load and never fire.
@@ -73,16 +76,47 @@ def load_triggers(path: str) -> Rules:
     """Read and parse the file (blocking: call through ``asyncio.to_thread`` on a loop)."""
     name = os.path.basename(path) or path
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        raw = _read_regular(path)
     except FileNotFoundError:
         raise ConfigError(
             f"PI_TRIGGERS_FILE {name}: file not found; accepted: a readable triggers.json "
             "(set PI_TRIGGERS_FILE to yours)"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(f"PI_TRIGGERS_FILE {name}: cannot be read ({type(exc).__name__})") from None
+    if raw is None:
+        raise ConfigError(
+            f"PI_TRIGGERS_FILE {name}: is not a regular file of at most {TRIGGERS_MAX_BYTES} bytes; "
+            "accepted: a regular JSON file (not a FIFO, device or directory)"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"PI_TRIGGERS_FILE {name}: is not UTF-8; accepted: a UTF-8 JSON file") from None
     return parse_triggers(text, name)
+
+
+def _read_regular(path: str) -> bytes | None:
+    """The bytes of a regular file up to the cap, or None for anything else.
+
+    Opened non-blocking and checked with fstat on the open descriptor: a FIFO put in its place would
+    otherwise block the reading thread until a writer came, and a device could be read forever.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > TRIGGERS_MAX_BYTES:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > TRIGGERS_MAX_BYTES:
+                return None  # it grew while being read
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _decode(text: str) -> Any:
@@ -101,6 +135,8 @@ def _decode(text: str) -> Any:
 
     try:
         data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except RecursionError:
+        raise Refusal("is nested too deeply; accepted: one JSON object") from None
     except ValueError as exc:
         where = f" (line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
         raise Refusal(f"is not valid JSON{where}; accepted: one JSON object") from None
