@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from pidispatch.common.keys import READ_BLOCK_MS, REDIS_CONNECT_TIMEOUT_S, REDIS_OP_TIMEOUT_S
@@ -9,8 +11,23 @@ from pidispatch.common.keys import READ_BLOCK_MS, REDIS_CONNECT_TIMEOUT_S, REDIS
 Redis = aioredis.Redis
 
 
+def _pool_options() -> dict[str, Any]:
+    """redis-py >= 7 defaults maintenance notifications to "auto", which is truthy and makes the pool
+    skip its check for pooled connections the server closed: after a Redis restart every stale one
+    failed one command. Self-hosted Redis sends no such notifications, so they are off."""
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # older redis-py: no notifications, and the pool always checks
+        return {}
+    return {"maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+_POOL_OPTIONS = _pool_options()
+
+
 def create_redis(url: str) -> Redis:
-    """A client whose every call fails within seconds when Redis is gone.
+    """A client whose every call fails within seconds when Redis is gone, and that uses a fresh
+    connection, not a dead pooled one, for the first call after Redis is back.
 
     The socket timeout must outlast the longest blocking read (``READ_BLOCK_MS``), or a quiet stream
     would look like a dead server.
@@ -21,4 +38,5 @@ def create_redis(url: str) -> Redis:
         socket_timeout=READ_BLOCK_MS / 1000 + REDIS_OP_TIMEOUT_S,
         health_check_interval=30,
         decode_responses=False,
+        **_POOL_OPTIONS,
     )
