@@ -4,7 +4,9 @@ Starts a private redis-server, the real receiver (``python -m pidispatch.receive
 aiohttp app (this file, ``--serve-reference PORT``) as separate processes on loopback; this process is
 the load client. Both servers get the same ~12 KB real GitHub ``issues`` delivery, correctly signed, with
 a fresh delivery id per request. Measures (1) max throughput, closed loop, rounds alternating the order,
-and (2) p50/p99 latency at a fixed open-loop rate. Targets: ratio >= 0.8, p99 <= 20 ms at 500 req/s.
+(2) p50/p99 latency at a fixed open-loop rate, and (3) the receiver's spool: with Redis killed, how many
+deliveries per second it answers 202 ``spooled`` (each fsynced first), then, with Redis back, how fast
+it drains them. Targets: ratio >= 0.8, p99 <= 20 ms at 500 req/s.
 
     .venv/bin/python benchmarks/receiver.py [--duration 10] [--rate 500] [--check]
 
@@ -31,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 from _load import Result, closed_loop, new_session, open_loop, percentile
 from aiohttp import web
 
@@ -123,6 +126,8 @@ class Deployment:
     redis: Redis  # the benchmark's own client: stream checks between phases
     redis_proc: asyncio.subprocess.Process
     targets: dict[str, Target]
+    redis_argv: list[str]  # to restart it after the spool phase killed it
+    tmp: Path
 
 
 async def spawn(argv: list[str], env: Mapping[str, str], log: Path) -> asyncio.subprocess.Process:
@@ -165,10 +170,11 @@ async def deployment(tmp: Path) -> AsyncIterator[Deployment]:
     servers: list[asyncio.subprocess.Process] = []
     redis_argv = redis_server_argv(find_redis_server(), redis_port, tmp, persist=False)
     redis_proc = await spawn(redis_argv, os.environ, tmp / "redis.out")
+    dep = Deployment(redis, redis_proc, {}, redis_argv, tmp)
     try:
         await wait_until(redis.ping, "redis-server", redis_proc)
-        env = {**os.environ, "REDIS_URL": redis_url, "WEBHOOK_SECRET": SECRET, "RECEIVER_BIND": "127.0.0.1"}
-        targets: dict[str, Target] = {}
+        env = {**os.environ, "REDIS_URL": redis_url, "WEBHOOK_SECRET": SECRET, "RECEIVER_BIND": "127.0.0.1",
+               "PD_SPOOL_DIR": str(tmp / "spool")}
         for name in ("receiver", "reference"):
             port, stream = free_port(), Keys(PREFIXES[name]).events
             argv = ([sys.executable, "-m", "pidispatch.receiver"] if name == "receiver" else
@@ -176,12 +182,12 @@ async def deployment(tmp: Path) -> AsyncIterator[Deployment]:
             proc = await spawn(argv, {**env, "PD_KEY_PREFIX": PREFIXES[name], "RECEIVER_PORT": str(port)},
                                tmp / f"{name}.log")
             servers.append(proc)
-            targets[name] = Target(name, proc, f"http://127.0.0.1:{port}/github", stream)
-        yield Deployment(redis, redis_proc, targets)
+            dep.targets[name] = Target(name, proc, f"http://127.0.0.1:{port}/github", stream)
+        yield dep
     finally:
         await redis.aclose()
         await stop_all(servers)  # servers first, so none of them sees Redis vanish
-        await stop_all([redis_proc])
+        await stop_all([dep.redis_proc])  # the spool phase restarts it: the one running now
 
 
 def cpu_s(pid: int | None = None) -> float:
@@ -200,11 +206,20 @@ def cpu_s(pid: int | None = None) -> float:
 # --- the run ---------------------------------------------------------------------------------------
 
 @dataclass
+class SpoolFigures:
+    spooled: int
+    spool_rate: float  # deliveries/s answered 202 spooled, closed loop, Redis down
+    drain_s: float  # from the first drained delivery to an empty spool
+    spool_bytes: int
+
+
+@dataclass
 class Measured:
     rounds: dict[str, list[Result]]  # closed loop, one per round
     cpu_us: dict[str, dict[str, list[float]]]  # target -> process (server, redis, client) -> µs/req
     latency: dict[str, Result]  # open loop
     foreign_cores: list[float] = field(default_factory=list)  # per round: cores busy with other work
+    spool: SpoolFigures | None = None
 
 
 def check_alive(target: Target, phase: str) -> None:
@@ -274,9 +289,51 @@ async def measure(args: argparse.Namespace, body: bytes, dep: Deployment) -> Mea
     return measured
 
 
+async def spool_depth(session: aiohttp.ClientSession, target: Target) -> tuple[int, int]:
+    async with session.get(target.url.replace("/github", "/readyz")) as resp:
+        ready = await resp.json()
+    return int(ready["spool_depth"]), int(ready["spool_bytes"])
+
+
+async def measure_spool(args: argparse.Namespace, body: bytes, dep: Deployment) -> SpoolFigures:
+    """Kill Redis, spool for half a phase, restart it empty and time the drain into the stream."""
+    target = dep.targets["receiver"]
+    base = signed_headers(body)
+
+    def headers() -> Mapping[str, str]:
+        return {**base, "X-GitHub-Delivery": str(uuid.uuid4())}
+
+    dep.redis_proc.kill()
+    await dep.redis_proc.wait()
+    async with new_session(args.concurrency) as session:
+        result = await closed_loop(session, target.url, body, headers, args.concurrency, args.duration / 2)
+        check_alive(target, "spooling")
+        if bad := result.unexpected(202):
+            raise Broken(f"receiver: {bad} non-202 answers while spooling: {dict(result.statuses)}")
+        depth, size = await spool_depth(session, target)
+        if depth != result.answered:
+            raise Broken(f"receiver: {result.answered} answered spooled but the spool holds {depth}")
+        dep.redis_proc = await spawn(dep.redis_argv, os.environ, dep.tmp / "redis-restarted.out")
+        await wait_until(dep.redis.ping, "redis-server (restarted)", dep.redis_proc)
+        first = last = None
+        deadline = time.monotonic() + 120
+        while (left := (await spool_depth(session, target))[0]) and time.monotonic() < deadline:
+            if first is None and left < depth:
+                first = time.perf_counter()
+            await asyncio.sleep(0.01)
+        last = time.perf_counter()
+    if left or await dep.redis.xlen(target.stream) != depth:
+        raise Broken(f"receiver: {left} left in the spool, {await dep.redis.xlen(target.stream)} of {depth} "
+                     "in the stream after the drain")
+    return SpoolFigures(depth, result.rate, last - (first or last), size)
+
+
 async def bench(args: argparse.Namespace, body: bytes, tmp: Path) -> Measured:
     async with deployment(tmp) as dep:
-        return await measure(args, body, dep)
+        measured = await measure(args, body, dep)
+        if not args.no_spool:
+            measured.spool = await measure_spool(args, body, dep)
+        return measured
 
 
 def report(args: argparse.Namespace, m: Measured) -> bool:
@@ -299,6 +356,10 @@ def report(args: argparse.Namespace, m: Measured) -> bool:
     print(f"receiver p99 at {args.rate:g} req/s = {p99:.2f} ms  "
           f"(target <= {TARGET_P99_MS:g} ms: {'met' if p99_ok else 'MISSED'}); "
           f"client send lateness p99 = {late:.2f} ms")
+    if (sp := m.spool) is not None:
+        print(f"spool (Redis killed): {sp.spooled} deliveries answered 202 spooled at {sp.spool_rate:.0f}/s, "
+              f"each fsynced first ({sp.spool_bytes / sp.spooled:.0f} bytes each on disk); drained in "
+              f"{sp.drain_s:.2f} s = {sp.spooled / max(sp.drain_s, 1e-3):.0f}/s once Redis was back")
     if (busy := max(m.foreign_cores)) > FOREIGN_CORES_WARN:
         print(f"WARNING: other processes kept {busy:.2f} cores busy during a throughput round; "
               "the machine was not quiet, so the ratio is unreliable")
@@ -313,6 +374,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before measuring")
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds per target")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--no-spool", action="store_true", help="skip the spool phase")
     parser.add_argument("--serve-reference", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_reference is not None:

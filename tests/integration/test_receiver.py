@@ -512,7 +512,9 @@ async def test_one_log_line_per_delivery_without_payload_text(client: Client) ->
 
 def _service(base_env: dict[str, str], tmp_path: Path, **env: str) -> tuple[ServiceProcess, int]:
     port = free_port()
-    full = {**base_env, "RECEIVER_PORT": str(port), "RECEIVER_BIND": "127.0.0.1", **env}
+    spool = str(tmp_path / f"spool-{port}")  # never the default under $HOME
+    full = {**base_env, "RECEIVER_PORT": str(port), "RECEIVER_BIND": "127.0.0.1", "PD_SPOOL_DIR": spool}
+    full.update(env)
     full = {k: v for k, v in full.items() if v}
     return ServiceProcess("receiver", full, tmp_path / f"receiver-{port}.log"), port
 

@@ -538,3 +538,19 @@ def test_azure_body_head(body: bytes, delivery: str | None, event_type: str | No
 @pytest.mark.parametrize("body", [b"[]", b'"id"', b'{"id":"a"', b'{"id":"\xc3"}'])
 def test_azure_body_that_is_not_a_json_object(body: bytes) -> None:
     assert verify.read_azure_body(body) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested arrays, well formed
+        b'{"object_kind":' + b'{"a":' * 100_000 + b"1" + b"}" * 100_001,  # nested objects
+        b'{"id":' + b"[" * 100_000 + b"}",  # unbalanced, as deep
+    ],
+    ids=["arrays", "objects", "unbalanced"],
+)
+def test_json_nested_deeper_than_the_decoder_goes_is_not_a_json_object(body: bytes) -> None:
+    """A recursion limit in the decoder is an invalid body (400), never an error (500)."""
+    assert verify.is_json_object(body) is False
+    assert verify.read_gitlab_body(body) is None
+    assert verify.read_azure_body(body) is None

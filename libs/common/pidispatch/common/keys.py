@@ -68,6 +68,17 @@ CANCEL_ACK_TTL_MS = 300_000
 CANCEL_POLL_S = 0.25
 CANCEL_WAIT_S = 10.0
 
+# --- Receiver edge and spool (issue 11) ---
+# A client gets this long for its request headers, and an idle keep-alive connection lives this long
+# (GitHub itself gives up on a delivery after 10 s); the body gets as long again once headers are in.
+RECEIVER_HEADER_TIMEOUT_S = 10.0
+RECEIVER_BODY_TIMEOUT_S = 10.0
+# While Redis refuses, the spool drain retries after this delay, doubling up to the cap: a returned
+# Redis is drained within about a second.
+SPOOL_RETRY_BASE_S = 0.1
+SPOOL_RETRY_CAP_S = 1.0
+SPOOL_MAX_BYTES_DEFAULT = 1024**3
+
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 

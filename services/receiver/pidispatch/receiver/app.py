@@ -2,8 +2,10 @@
 
 Pipeline per delivery (spec ingest §1.3-§1.6, DESIGN §6), the same for every forge: header rows →
 bounded body read → credential over the raw bytes → minimal read of the verified body → events the
-router can never act on answer 204 unstored → append once (``ingest``) → 202 accepted / duplicate, or
-503 when Redis cannot take it in time. What differs per forge lives in its arm.
+router can never act on answer 204 unstored → append once (``ingest``) → 202 accepted / duplicate.
+When Redis cannot take it in time, or while the spool still holds earlier deliveries (arrival order),
+the delivery goes to the durable spool (``spool``): 202 spooled, or 503 when the spool is full or absent.
+What differs per forge lives in its arm.
 """
 
 from __future__ import annotations
@@ -11,36 +13,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
 
+import msgspec
 from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.streams import StreamReader
 from redis.exceptions import RedisError
 
-from pidispatch.common.errors import InfraError
 from pidispatch.common.health import Health
-from pidispatch.common.keys import Keys
+from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.redis import Redis, create_redis
-from pidispatch.common.runtime import now_ms, stop_on_signals
+from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings
 from pidispatch.receiver import verify
 from pidispatch.receiver.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
 from pidispatch.receiver.config import ReceiverConfig, load_receiver_config
+from pidispatch.receiver.connections import Connections
+from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest
 from pidispatch.receiver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pidispatch.receiver.metrics import Metrics
 from pidispatch.receiver.refusals import METHOD_NOT_ALLOWED, Refusal, not_configured
+from pidispatch.receiver.spool import Record, Spool
 
 READY_TIMEOUT_S = 1.0
-# On SIGTERM in-flight requests get this long to finish (a slow upload included; Redis calls are
-# bounded at 2 s), then aiohttp gets CLEANUP_TIMEOUT_S to cancel any straggler.
-DRAIN_TIMEOUT_S = 5.0
-CLEANUP_TIMEOUT_S = 1.0
 
 _ACCEPTED = b'{"status":"accepted"}'
 _DUPLICATE = b'{"status":"duplicate"}'
+_SPOOLED = b'{"status":"spooled"}'
 _OK = b'{"status":"ok"}'
 _READY = b'{"status":"ready"}'
 _REDIS_UNREACHABLE = b'{"status":"redis-unreachable"}'
@@ -79,16 +80,26 @@ class Receiver:
     """The request handlers, holding the resources ``create_app`` was given."""
 
     def __init__(
-        self, arms: dict[str, Arm], redis: Redis, keys: Keys, clock: Callable[[], int], metrics: Metrics
+        self,
+        arms: dict[str, Arm],
+        redis: Redis,
+        keys: Keys,
+        clock: Callable[[], int],
+        metrics: Metrics,
+        spool: Spool | None = None,
     ) -> None:
         self._arms = arms
         self._redis = redis
         self._ingest = Ingest(redis, keys)
         self._clock = clock
         self.metrics = metrics
+        self.spool = spool
+        self.connections: Connections | None = None  # set by ``serve``: the listener's connection cap
+        self._body_deadlines = Deadlines(RECEIVER_BODY_TIMEOUT_S)
         self._log = get_logger()
         self._unconfigured = {forge: not_configured(forge) for forge in FORGES}
         self._redis_health = Health("redis_unreachable", "redis_restored")
+        self._spool_health = Health("spool_full", "spool_has_room")
         self._in_flight = 0
         self._idle: asyncio.Future[None] | None = None  # exists only while draining
 
@@ -139,6 +150,7 @@ class Receiver:
         return _json(200, _OK)
 
     async def _readyz(self, request: web.Request) -> web.Response:
+        """200 while deliveries are taken (Redis answers, or the spool has room); the spool's depth."""
         if request.method not in _READ_METHODS:
             return _json(405, METHOD_NOT_ALLOWED.body)
         try:
@@ -146,9 +158,18 @@ class Receiver:
                 await self._redis.ping()
         except (RedisError, OSError) as exc:  # TimeoutError is an OSError
             self._redis_health.failed(error=type(exc).__name__)
-            return _json(503, _REDIS_UNREACHABLE)
+            spool = self.spool
+            if spool is None:
+                return _json(503, _REDIS_UNREACHABLE)
+            room = spool.size + verify.MAX_BODY_BYTES < spool.max_bytes
+            return self._ready_body(200 if room else 503, "spooling" if room else "redis-unreachable")
         self._redis_health.ok()
-        return _json(200, _READY)
+        return _json(200, _READY) if self.spool is None else self._ready_body(200, "ready")
+
+    def _ready_body(self, status: int, state: str) -> web.Response:
+        assert self.spool is not None
+        body = {"status": state, "spool_depth": self.spool.depth, "spool_bytes": self.spool.size}
+        return _json(status, msgspec.json.encode(body))
 
     def _metrics(self, request: web.Request) -> web.Response:
         if request.method not in _READ_METHODS:
@@ -160,9 +181,14 @@ class Receiver:
         head = arm.head(request.method, request.headers, request.content_length)
         if head.refusal is not None:
             return self._refuse(name, _log_event(head.event), _log_delivery_id(head.delivery), head.refusal)
+        content = request.content
         try:
-            body = await read_body(request.content, verify.MAX_BODY_BYTES)
-        except (ClientPayloadError, ConnectionError):  # aiohttp usually cancels us instead; be precise
+            if content.is_eof():  # the common case: the body came with the headers, nothing to wait for
+                body = await read_body(content, verify.MAX_BODY_BYTES)
+            else:
+                with self._body_deadlines():  # a client trickling its body is cut off
+                    body = await read_body(content, verify.MAX_BODY_BYTES)
+        except (ClientPayloadError, ConnectionError, TimeoutError):
             return self._refuse(name, _log_event(head.event), head.delivery, arm.table.body_incomplete)
         if body is None:
             return self._refuse(name, _log_event(head.event), head.delivery, arm.table.payload_too_large)
@@ -171,33 +197,99 @@ class Receiver:
         started = perf_counter()
         matched = arm.authenticate(head, body, self._clock())
         metrics.verify_time(name, perf_counter() - started)
-        if type(matched) is Refusal:
+        if isinstance(matched, Refusal):
             return self._refuse(name, _log_event(head.event), head.delivery, matched)
         # Verified: the body is the forge's own from here on.
         previous = matched != 0
         if previous:
             metrics.verified_with_previous(name)
         verdict = arm.classify(head, body)
-        if type(verdict) is Refusal:
+        if isinstance(verdict, Refusal):
             return self._refuse(name, _log_event(head.event), head.delivery, verdict, previous=previous)
         event, delivery, store = verdict
         if not store:
             self._log_delivery(name, _log_event(event), delivery, 204, "ignored", previous=previous)
             return web.Response(status=204)
         assert event is not None  # only named events are stored
-        started = perf_counter()
+        connections = self.connections
+        if connections is not None:  # storing: never shed under descriptor pressure
+            connections.storing.add(request.protocol)
         try:
-            appended = await self._ingest.append(name, event, delivery, self._clock(), body)
-        except (RedisError, OSError) as exc:  # TimeoutError (the bound) is an OSError
-            metrics.append_failed(name)
-            self._redis_health.failed(error=type(exc).__name__)
-            self._log.warning("enqueue_failed", forge=name, delivery=delivery, error=type(exc).__name__)
+            return await self._store(arm, Record(name, event, delivery, self._clock(), body), previous)
+        finally:
+            if connections is not None:
+                connections.storing.discard(request.protocol)
+
+    async def _store(self, arm: Arm, record: Record, previous: bool) -> web.Response:
+        """Redis, else the spool; while the spool holds earlier deliveries, the spool first (their order).
+        A full spool never refuses what a Redis that answers again would take: order yields there."""
+        spool = self.spool
+        spool_first = spool is not None and spool.depth > 0
+        if spool_first and (answer := await self._spool(record, previous)) is not None:
+            return answer
+        appended = await self._append(record)
+        retry_in_spool = isinstance(appended, str) and spool is not None and not spool_first
+        if retry_in_spool and (answer := await self._spool(record, previous)) is not None:
+            return answer
+        name, event, delivery = record.forge, record.event, record.delivery
+        if isinstance(appended, str):
+            self._log.warning("enqueue_failed", forge=name, delivery=delivery, error=appended)
             return self._refuse(name, event, delivery, arm.table.enqueue_failed, "failed", previous)
-        metrics.append_time(perf_counter() - started)
-        self._redis_health.ok()
         outcome = "accepted" if appended else "duplicate"
         self._log_delivery(name, event, delivery, 202, outcome, previous=previous)
         return _json(202, _ACCEPTED if appended else _DUPLICATE)
+
+    async def _append(self, record: Record) -> bool | str:
+        """True appended, False a duplicate; the error's class name when Redis did not take it in time."""
+        started = perf_counter()
+        try:
+            appended = await self._ingest.append(
+                record.forge, record.event, record.delivery, record.received_at, record.body
+            )
+        except (RedisError, OSError) as exc:  # TimeoutError (the bound) is an OSError
+            self.metrics.append_failed(record.forge)
+            self._redis_health.failed(error=type(exc).__name__)
+            return type(exc).__name__
+        self.metrics.append_time(perf_counter() - started)
+        self._redis_health.ok()
+        return appended
+
+    async def _spool(self, record: Record, previous: bool) -> web.Response | None:
+        """202 spooled once the delivery is fsynced in the spool; None when it is full or the disk fails."""
+        assert self.spool is not None
+        try:
+            spooled = await self.spool.append(record)
+        except OSError as exc:
+            self._log.warning("spool_write_failed", forge=record.forge, error=type(exc).__name__)
+            return None
+        if not spooled:
+            self._spool_health.failed(max_bytes=self.spool.max_bytes)
+            return None
+        self._spool_health.ok()
+        self._log_delivery(record.forge, record.event, record.delivery, 202, "spooled", previous=previous)
+        return _json(202, _SPOOLED)
+
+    async def drain_spool(self) -> None:
+        """Append what the spool holds, in order, whenever Redis takes it; runs for the app's lifetime."""
+        spool = self.spool
+        assert spool is not None
+        ingest, metrics, health = self._ingest, self.metrics, Health("spool_drain_failing", "spool_draining")
+
+        def store(r: Record) -> Awaitable[bool]:
+            return ingest.append(r.forge, r.event, r.delivery, r.received_at, r.body)
+
+        def drained(record: Record, appended: bool) -> None:
+            health.ok()
+            metrics.spool_drained(record.forge, "accepted" if appended else "duplicate")
+            if not spool.depth:
+                self._log.info("spool_drained", drained=spool.drained)
+
+        def failed(exc: BaseException) -> None:
+            health.failed(error=type(exc).__name__, depth=spool.depth)
+
+        if spool.depth:
+            self._log.info("spool_recovered", depth=spool.depth, torn_bytes=spool.torn_bytes)
+        await spool.drain(store, drained, failed)
 
     def _refuse(
         self,
@@ -248,54 +340,37 @@ def create_app(
     keys: Keys,
     clock: Callable[[], int],
     config: ReceiverConfig | None = None,
+    spool: Spool | None = None,
 ) -> web.Application:
     """Wire the handlers to the resources they are given.
 
     ``config`` is what ``load_receiver_config`` read at startup; without it, the arms ``settings``
     alone describes (GitHub with ``WEBHOOK_SECRET``). Raises ``ConfigError`` if no arm is configured.
+    With a ``spool``, deliveries Redis cannot take are spooled, and drained while the app runs; without
+    one they are answered 503.
     """
     if config is None:
         config = load_receiver_config(settings, {})
     arms = configure_arms(config)
-    receiver = Receiver(arms, redis, keys, clock, Metrics(tuple(arms)))
+    metrics = Metrics(tuple(arms))
+    receiver = Receiver(arms, redis, keys, clock, metrics, spool)
     # Credentials are checked over the bytes on the wire: never let aiohttp inflate a Content-Encoding.
     app = web.Application(handler_args={"auto_decompress": False})
     app[RECEIVER] = receiver
     # One catch-all route: paths are normalised and routed by the spec's table, not aiohttp's.
     app.router.add_route("*", "/{tail:.*}", receiver.dispatch)
+    if spool is not None:
+        metrics.watch_spool(spool)
+        app.cleanup_ctx.append(_draining(receiver))
     return app
 
 
-async def serve(settings: Settings, config: ReceiverConfig) -> int:
-    """Run the receiver until SIGTERM/SIGINT, then stop accepting, finish in-flight requests, exit 0.
+def _draining(receiver: Receiver) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def drain(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(receiver.drain_spool())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
-    Redis need not be up: requests answer 503 until it is.
-    """
-    log = get_logger()
-    stop = stop_on_signals()
-    redis = create_redis(settings.redis_url)
-    try:
-        app = create_app(settings, redis, Keys(settings.key_prefix), now_ms, config)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLEANUP_TIMEOUT_S)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, settings.receiver_bind, settings.receiver_port)
-            try:
-                await site.start()
-            except OSError as exc:
-                raise InfraError(
-                    f"cannot listen on RECEIVER_BIND:RECEIVER_PORT "
-                    f"{settings.receiver_bind}:{settings.receiver_port}: {exc.strerror or exc}"
-                ) from None
-            rotating = [forge for forge in config.forges() if len(getattr(config, forge).secrets) > 1]
-            log.info("receiver_started", port=settings.receiver_port, arms=config.forges(), rotating=rotating)
-            await stop.wait()
-            log.info("receiver_stopping")
-            await site.stop()  # no new connections; requests already in flight finish below
-            await app[RECEIVER].drain(DRAIN_TIMEOUT_S)
-        finally:
-            await runner.cleanup()
-    finally:
-        await redis.aclose()
-    log.info("receiver_stopped")
-    return 0
+    return drain

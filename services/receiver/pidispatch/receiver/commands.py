@@ -13,10 +13,11 @@ async def run_receiver(args: argparse.Namespace) -> int:
     """Startup order of every service: logging, settings and the arms (exit 2 when bad), then resources."""
     settings = load_settings()
     configure_logging("receiver", settings.log_level)
-    from pidispatch.receiver.app import serve  # aiohttp loads only when the verb runs
-    from pidispatch.receiver.config import load_receiver_config
+    from pidispatch.receiver.config import load_receiver_config, load_spool_config
+    from pidispatch.receiver.service import serve  # aiohttp loads only when the verb runs
 
-    return await serve(settings, load_receiver_config(settings, os.environ))
+    config = load_receiver_config(settings, os.environ)
+    return await serve(settings, config, load_spool_config(settings, os.environ))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,13 +9,16 @@ variables the receiver uses (mode, secret, header name), never a forge token or 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.keys import SPOOL_MAX_BYTES_DEFAULT
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
 from pidispatch.receiver.verify import decode_gitlab_signing_key, token_digest
@@ -25,23 +28,23 @@ _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 
 
 class GitHubConfig(msgspec.Struct, frozen=True, kw_only=True):
-    secrets: tuple[Secret, ...]  # HMAC keys: current first, then the previous one while rotating
+    secrets: tuple[Secret[bytes], ...]  # HMAC keys: current first, then the previous one while rotating
 
 
 class ForgejoConfig(msgspec.Struct, frozen=True, kw_only=True):
-    secrets: tuple[Secret, ...]
+    secrets: tuple[Secret[bytes], ...]
 
 
 class GitLabConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: Literal["signature", "token"]
     # signature mode: the decoded signing keys; token mode: SHA-256 digests of the tokens.
-    secrets: tuple[Secret, ...]
+    secrets: tuple[Secret[bytes], ...]
 
 
 class AzureConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: Literal["basic", "header"]
     header: str | None  # the custom header's name (header mode)
-    secrets: tuple[Secret, ...]  # SHA-256 digests of the credential
+    secrets: tuple[Secret[bytes], ...]  # SHA-256 digests of the credential
 
 
 class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,9 +179,10 @@ def _azure(env: Mapping[str, str]) -> AzureConfig | None:
     if trigger is None:
         return None
     because = f"the Azure DevOps arm is configured ({trigger} is set)"
-    mode = _required(env, "AZURE_WEBHOOK_MODE", because, "basic, header")
-    if mode not in AZURE_MODES:
-        raise ConfigError(f"AZURE_WEBHOOK_MODE={mode!r} is refused; accepted: basic, header")
+    raw_mode = _required(env, "AZURE_WEBHOOK_MODE", because, "basic, header")
+    if raw_mode not in AZURE_MODES:
+        raise ConfigError(f"AZURE_WEBHOOK_MODE={raw_mode!r} is refused; accepted: basic, header")
+    mode: Literal["basic", "header"] = "basic" if raw_mode == "basic" else "header"
     header = None
     if mode == "header":
         header = _required(
@@ -213,3 +217,39 @@ def load_receiver_config(settings: Settings, env: Mapping[str, str]) -> Receiver
             "GITLAB_WEBHOOK_MODE and GITLAB_WEBHOOK_SECRET, or AZURE_WEBHOOK_MODE and AZURE_WEBHOOK_SECRET"
         )
     return config
+
+
+class SpoolConfig(msgspec.Struct, frozen=True, kw_only=True):
+    directory: str  # absolute; this receiver's alone (held with flock while it runs)
+    max_bytes: int
+
+
+SPOOL_MIN_BYTES = 4 * 1024**2  # room for at least one delivery at the 2 MiB body limit
+SPOOL_MAX_BYTES_LIMIT = 1024**4
+
+
+def default_spool_dir(port: int) -> str:
+    """Under the receiver's state folder, one per port: receivers on one host never share it."""
+    return os.path.expanduser(f"~/.pi-dispatch/spool/receiver-{port}")
+
+
+def load_spool_config(settings: Settings, env: Mapping[str, str]) -> SpoolConfig:
+    """``PD_SPOOL_DIR`` (created if missing; refused when not a writable directory) and
+    ``PD_SPOOL_MAX_BYTES``. Messages name the variable, never the path (host paths stay out of logs)."""
+    raw = _get(env, "PD_SPOOL_DIR")
+    directory = Path(os.path.expanduser(raw) if raw else default_spool_dir(settings.receiver_port))
+    accepted = "a directory this user can create and write, one per receiver"
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise ConfigError(f"PD_SPOOL_DIR cannot be created ({exc.strerror}); accepted: {accepted}") from None
+    if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"PD_SPOOL_DIR is not a writable directory; accepted: {accepted}")
+    size = _get(env, "PD_SPOOL_MAX_BYTES")
+    accepted_size = f"a byte count from {SPOOL_MIN_BYTES} to {SPOOL_MAX_BYTES_LIMIT}"
+    max_bytes = SPOOL_MAX_BYTES_DEFAULT
+    if size is not None:
+        if not size.isdigit() or not SPOOL_MIN_BYTES <= int(size) <= SPOOL_MAX_BYTES_LIMIT:
+            raise ConfigError(f"PD_SPOOL_MAX_BYTES={size!r} is refused; accepted: {accepted_size}")
+        max_bytes = int(size)
+    return SpoolConfig(directory=str(directory.resolve()), max_bytes=max_bytes)

@@ -16,7 +16,7 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.scripts import INGEST
 from pidispatch.receiver.deadline import Deadlines
 
-_INGEST_SHA = hashlib.sha1(INGEST.encode(), usedforsecurity=False).hexdigest().encode()
+_INGEST_SHA = hashlib.sha1(INGEST.encode(), usedforsecurity=False).hexdigest()
 # Arguments that never change, as bytes: redis-py passes bytes through as they are, and this is the hot
 # path (packing the command was a visible share of a request's CPU).
 _TTL = str(SEEN_TTL_S).encode()

@@ -6,10 +6,15 @@ never from a request. Children are bound once, so a request pays a dict lookup a
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-OUTCOMES = ("accepted", "duplicate", "ignored", "refused", "failed")
+if TYPE_CHECKING:
+    from pidispatch.receiver.spool import Spool
+
+OUTCOMES = ("accepted", "duplicate", "spooled", "ignored", "refused", "failed")
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 # An HMAC over a few KiB takes microseconds; a 2 MiB body a few milliseconds.
@@ -63,6 +68,21 @@ class Metrics:
             buckets=BODY_BUCKETS,
             registry=self.registry,
         )
+        self._drained = Counter(
+            "pd_receiver_spool_drained",
+            "Spooled deliveries drained to the events stream, by forge and outcome (accepted, or duplicate "
+            "when the forge's redelivery or an earlier drain stored it first).",
+            ("forge", "outcome"),
+            registry=self.registry,
+        )
+        self._spool_depth = Gauge(
+            "pd_receiver_spool_depth", "Deliveries in the spool, not yet in Redis.", registry=self.registry
+        )
+        self._spool_bytes = Gauge(
+            "pd_receiver_spool_bytes",
+            "Size of the spool file (bounded by PD_SPOOL_MAX_BYTES).",
+            registry=self.registry,
+        )
         self._previous = {forge: previous.labels(forge) for forge in forges}
         self._verify = {forge: verify.labels(forge) for forge in forges}
         self._append_failures = {forge: append_failures.labels(forge) for forge in forges}
@@ -90,6 +110,14 @@ class Metrics:
 
     def append_failed(self, forge: str) -> None:
         self._append_failures[forge].inc()
+
+    def spool_drained(self, forge: str, outcome: str) -> None:
+        self._drained.labels(forge, outcome).inc()
+
+    def watch_spool(self, spool: Spool) -> None:
+        """The spool gauges are read when scraped: the request path pays nothing for them."""
+        self._spool_depth.set_function(lambda: spool.depth)
+        self._spool_bytes.set_function(lambda: spool.size)
 
     def body_bytes(self, forge: str, size: int) -> None:
         self._body[forge].observe(size)

@@ -293,8 +293,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
         head = decoder.decode(body)
         if not body.isascii():
             body.decode()
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
+        return None  # RecursionError: nested deeper than the decoder goes, not a body a forge sends
     return head
 
 

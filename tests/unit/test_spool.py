@@ -1,0 +1,115 @@
+"""pidispatch.receiver.spool: framing, recovery of a torn tail, the size bound, the directory lock, and
+a drain that keeps arrival order and never loses a record to a failing store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pidispatch.common.errors import ConfigError
+from pidispatch.receiver.spool import SPOOL_FILE, Record, Spool, frame, parse
+from tests.helpers import wait_for
+
+
+def _record(n: int, body: bytes = b'{"n":1}') -> Record:
+    return Record("github", "issues", f"d-{n}", 1_700_000_000_000 + n, body)
+
+
+def _open(directory: Path, max_bytes: int = 1 << 30) -> Spool:
+    return Spool.open(directory, max_bytes)
+
+
+async def test_appended_records_are_on_disk_in_order_before_append_returns(tmp_path: Path) -> None:
+    spool = _open(tmp_path)
+    try:
+        assert all(await asyncio.gather(*(spool.append(_record(n)) for n in range(50))))
+        assert spool.depth == 50
+        on_disk = (tmp_path / SPOOL_FILE).read_bytes()  # no flush pending: append returned after fsync
+        records, end = parse(on_disk)
+        assert end == len(on_disk)
+        assert [r.delivery for _, r in records] == [f"d-{n}" for n in range(50)]
+    finally:
+        spool.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "kept"),
+    [
+        (lambda data: data[:-3], 2),  # the payload of the last record cut short
+        (lambda data: data[: len(data) - len(frame(_record(2))) + 5], 2),  # its frame header cut short
+        (lambda data: data[:-1] + bytes([data[-1] ^ 0xFF]), 2),  # a payload byte the checksum rejects
+        (lambda data: data + b"\x00\x00", 3),  # a header begun but never finished
+    ],
+    ids=["payload-cut", "header-cut", "checksum", "stray-bytes"],
+)
+def test_a_torn_last_record_is_cut_off_and_the_rest_kept(
+    tmp_path: Path, damage: Callable[[bytes], bytes], kept: int
+) -> None:
+    whole = b"".join(frame(_record(n)) for n in range(3))
+    path = tmp_path / SPOOL_FILE
+    path.write_bytes(damage(whole))
+    spool = _open(tmp_path)
+    try:
+        assert spool.depth == kept
+        assert spool.torn_bytes > 0
+        assert path.read_bytes() == b"".join(frame(_record(n)) for n in range(kept))
+    finally:
+        spool.close()
+
+
+async def test_append_past_the_size_bound_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    one = len(frame(_record(0)))
+    spool = _open(tmp_path, max_bytes=2 * one)
+    try:
+        assert await spool.append(_record(0))
+        assert await spool.append(_record(1))
+        assert not await spool.append(_record(2))
+        assert spool.depth == 2
+        assert (tmp_path / SPOOL_FILE).stat().st_size == 2 * one
+    finally:
+        spool.close()
+
+
+def test_a_second_spool_on_the_same_directory_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    first = _open(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match="PD_SPOOL_DIR"):
+            _open(tmp_path)
+    finally:
+        first.close()
+    _open(tmp_path).close()  # released with the first
+
+
+async def test_drain_keeps_order_retries_a_failing_store_and_empties_the_file(tmp_path: Path) -> None:
+    spool = _open(tmp_path)
+    stored: list[str] = []
+    failures: list[str] = []
+    fail_next = 3
+
+    async def store(record: Record) -> bool:
+        nonlocal fail_next
+        if record.delivery == "d-5" and fail_next:
+            fail_next -= 1
+            raise ConnectionError("redis down")
+        stored.append(record.delivery)
+        return True
+
+    drained: list[tuple[str, bool]] = []
+    task = asyncio.create_task(
+        spool.drain(store, lambda r, a: drained.append((r.delivery, a)), lambda e: failures.append(str(e)))
+    )
+    try:
+        for n in range(10):
+            assert await spool.append(_record(n))
+        await wait_for(
+            lambda: not spool.depth and not (tmp_path / SPOOL_FILE).stat().st_size, what="an empty spool"
+        )
+    finally:
+        task.cancel()
+        spool.close()
+    assert stored == [f"d-{n}" for n in range(10)]
+    assert failures == ["redis down"] * 3
+    assert [d for d, _ in drained] == stored
