@@ -13,7 +13,8 @@ RUN pip install . && rm -rf /src
 
 # The receiver and router need no privileges; the worker runs as root only to reach the Docker socket and
 # hand the job user its workspace. Job containers never run as root (PI_JOB_USER refuses uid 0).
-RUN useradd --system --uid 10001 --home-dir /nonexistent pidispatch
+RUN useradd --system --uid 10001 --home-dir /nonexistent pidispatch \
+    && install -d -o 10001 -m 0700 /var/spool/pi-dispatch
 WORKDIR /
 ENTRYPOINT ["pi-dispatch"]
 CMD ["--help"]

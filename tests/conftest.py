@@ -64,6 +64,7 @@ def base_env(redis_server: str, key_prefix: str, tmp_path: Path) -> dict[str, st
         "WEBHOOK_SECRET": TEST_SECRET,
         "PI_LOGS_DIR": str(tmp_path / "logs"),
         "PI_JOBS_DIR": str(tmp_path / "jobs"),
+        "PD_SPOOL_DIR": str(tmp_path / "spool"),
         "PI_TRIGGERS_FILE": str(tmp_path / "triggers.json"),
         "PI_WORKER_NAME": "testhost",
     }

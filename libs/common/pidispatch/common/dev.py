@@ -114,6 +114,7 @@ def _prepare_env(state: Path, env: dict[str, str]) -> dict[str, str]:
     env.setdefault("PI_TRIGGERS_FILE", str(_sample_triggers(state / "triggers.json")))
     env.setdefault("PI_LOGS_DIR", str(state / "logs"))
     env.setdefault("PI_JOBS_DIR", str(state / "jobs"))
+    env.setdefault("PD_SPOOL_DIR", str(state / "spool"))
     # Ctrl-C must leave no container behind within the stop budget: no grace for running jobs.
     env.setdefault("PI_SHUTDOWN_GRACE", "0")
     # The demo agent's output (what it saw in /workspace) lands beside its record.
