@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("worker", help="run jobs from the job stream in locked-down containers")
     p.set_defaults(func=worker_command)
     d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import aiodocker
 import aiohttp
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from pidispatch.common.forges import ForgeConfig, load_forge_config
 from pidispatch.common.github_auth import GithubAuth
@@ -59,12 +60,17 @@ class Held:
     job_id: str | None = None
 
 
+def hash_fields(fields: Mapping[str, str]) -> dict[FieldT, EncodableT]:
+    """Text fields as the client's ``hset(mapping=)`` types them (its key type is invariant)."""
+    return {k: v for k, v in fields.items()}
+
+
 async def set_state(ctx: Context, job_id: str, **fields: str) -> None:
     """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run."""
     key = ctx.keys.job(job_id)
     try:
         async with ctx.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=fields)
+            pipe.hset(key, mapping=hash_fields(fields))
             pipe.expire(key, JOB_STATE_TTL_S)
             await pipe.execute()
         ctx.redis_health.ok()

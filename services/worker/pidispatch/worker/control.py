@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
+from redis.typing import EncodableT
 
 from pidispatch.common.delayed import find_delayed, remove_delayed
 from pidispatch.common.errors import InfraError
@@ -129,7 +130,7 @@ return {queued, redis.call('XPENDING', KEYS[1], ARGV[1])[1]}
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("cancel", help="cancel a job: remove it if it has not started, else stop its run")
     c.add_argument("job_id", metavar="jobId")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -209,7 +210,7 @@ async def _find_in_streams(redis: Redis, keys: Keys, job_id: str) -> list[str] |
     script = redis.register_script(_FIND_AND_REMOVE)
     best: list[str] | None = None
     for stream in await job_streams(redis, keys):
-        args = [WORKER_GROUP, job_id, JOB_STATE_TTL_S, SCAN_PAGE]
+        args: list[EncodableT] = [WORKER_GROUP, job_id, JOB_STATE_TTL_S, SCAN_PAGE]
         raw = await script(keys=[stream, keys.job(job_id)], args=args)
         verdict = [_s(v) or "" for v in raw]
         if verdict[0] == "removed":

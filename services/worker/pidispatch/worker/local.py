@@ -198,7 +198,7 @@ _FAULT_TEXT = {
 }
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="queue a job on a local git folder (the folder is the job's /workspace)")
     p.add_argument("folder", help="the top folder of a git repository with at least one commit")
     p.add_argument("--task", help="what the agent should do (required)")

@@ -139,12 +139,13 @@ async def read_mirror(redis: Redis, keys: Keys, *, since_ms: int, limit: int) ->
     limit = max(1, limit)
     try:
         async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-            members: list[bytes] = await redis.zrevrangebyscore(
-                keys.runs_index, "+inf", f"({since_ms}", start=0, num=limit
-            )
+            found = await redis.zrevrangebyscore(keys.runs_index, "+inf", f"({since_ms}", start=0, num=limit)
+            # Without scores the reply is the members alone; bytes, as the client does not decode.
+            members = [m for m in found if isinstance(m, bytes)]
             if not members:
                 return [], DEGRADED_OFF
-            bodies: list[bytes | None] = await redis.mget([keys.run_rec(m.decode()) for m in members])
+            replies = await redis.mget([keys.run_rec(m.decode()) for m in members])
+            bodies = [b if isinstance(b, bytes) else None for b in replies]
     except Exception as exc:
         return [], f"{DEGRADED_UNREACHABLE} ({type(exc).__name__})"
     runs: list[RunRecord] = []

@@ -50,7 +50,7 @@ class RunsView(msgspec.Struct):
     hosts: list[str]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("runs", help="list recent runs: this host's files plus every host's mirrored records")
     p.add_argument("--limit", type=_limit, default=20, help="how many, newest first (default %(default)s)")
     p.add_argument(

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 
 from redis.exceptions import RedisError, ResponseError
+from redis.typing import StreamIdT
 
 from pidispatch.common import __version__
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
@@ -21,12 +22,20 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields, text
 from pidispatch.common.registry import host_streams, path_shaped
 from pidispatch.common.streams import Entry, ack
-from pidispatch.worker.context import Context, Held
+from pidispatch.worker.context import Context, Held, hash_fields
 from pidispatch.worker.runner import OPERATOR_CANCEL
 
 SlotKey = tuple[str, str]
 
 
+def claimed_entries(reply: object) -> list[tuple[str, Mapping[object, object] | None]]:
+    """XCLAIM's (id, fields) pairs from the client's reply; fields are None for an entry deleted meanwhile."""
+    pairs: list[tuple[str, Mapping[object, object] | None]] = []
+    for item in reply if isinstance(reply, list) else []:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (bytes, str)):
+            fields = item[1] if isinstance(item[1], Mapping) else None
+            pairs.append((text(item[0]), fields))
+    return pairs
 
 
 class Upkeep:
@@ -70,10 +79,10 @@ class Upkeep:
         ctx = self.ctx
         key = ctx.keys.host(ctx.host)
         async with ctx.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=self.row())
+            pipe.hset(key, mapping=hash_fields(self.row()))
             pipe.pexpire(key, ctx.settings.host_ttl_ms)
             pipe.sadd(ctx.keys.hosts, ctx.host)
-            by_stream: dict[str, list[str]] = {}
+            by_stream: dict[str, list[StreamIdT]] = {}
             for stream, entry_id in list(self.slots):
                 by_stream.setdefault(stream, []).append(entry_id)
             for stream, ids in by_stream.items():
@@ -149,16 +158,16 @@ class Upkeep:
                     stream, WORKER_GROUP, min="-", max="+", count=limit - len(claimed),
                     consumername=owner, idle=ttl,
                 )
-                ids = [r["message_id"] for r in rows]
+                ids: list[StreamIdT] = [r["message_id"] for r in rows]
                 if not ids:
                     continue
                 # min_idle_time makes the claim exclusive: a second peer finds the idle time reset.
-                got = await ctx.redis.xclaim(stream, WORKER_GROUP, ctx.host, ttl, ids)
+                got = claimed_entries(await ctx.redis.xclaim(stream, WORKER_GROUP, ctx.host, ttl, ids))
                 for entry_id, fields in got:
                     if not fields:  # deleted from the stream meanwhile: nothing to run
-                        await ack(ctx.redis, stream, WORKER_GROUP, text(entry_id))
+                        await ack(ctx.redis, stream, WORKER_GROUP, entry_id)
                         continue
-                    claimed.append((stream, text(entry_id), decode_fields(fields)))
+                    claimed.append((stream, entry_id, decode_fields(fields)))
                 if got:
                     self.log.warning("jobs_taken_over", dead_host=owner, count=len(got))
                 if len(claimed) >= limit:
