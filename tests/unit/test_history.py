@@ -6,10 +6,14 @@ import asyncio
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
@@ -17,6 +21,7 @@ from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
 from pidispatch.worker.history import (
     build_record,
+    encode_record,
     iso_ms,
     list_runs,
     read_record,
@@ -25,6 +30,7 @@ from pidispatch.worker.history import (
     sweep_logs,
     write_record,
 )
+from pidispatch.worker.jobname import MAX_NAME, job_file_name
 from tests.helpers import wait_for
 
 TITLE = "Spelling error in the README file"
@@ -77,24 +83,81 @@ def test_iso_ms_is_utc_with_milliseconds() -> None:
     assert iso_ms(STARTED) == "2023-11-14T22:13:20.123Z"
 
 
-def test_file_name_is_the_sanitised_job_id(tmp_path: Path) -> None:
-    assert record_path(str(tmp_path), "repeat:nightly:1700").name == "repeat_nightly_1700.json"
-    assert record_path(str(tmp_path), "gh-../../etc/passwd").name == "gh-.._.._etc_passwd.json"
-    assert record_path(str(tmp_path), "").name == "unknown-job.json"
+def test_file_name_escapes_every_byte_outside_letters_digits_dash_and_dot(tmp_path: Path) -> None:
+    assert record_path(str(tmp_path), "gh-72d3162e.1").name == "gh-72d3162e.1.json"
+    assert record_path(str(tmp_path), "repeat:nightly:1700").name == "repeat_3anightly_3a1700.json"
+    assert record_path(str(tmp_path), "gh-../../etc/passwd").name == "gh-.._2f.._2fetc_2fpasswd.json"
+    assert record_path(str(tmp_path), ".hidden").name == "_2ehidden.json"  # never a dot file
+    assert record_path(str(tmp_path), "").name == "_.json"
+
+
+def test_two_ids_that_sanitised_to_one_file_get_two_files(tmp_path: Path) -> None:
+    names = {record_path(str(tmp_path), i).name for i in ("a:b:c", "a_b_c", "a/b/c", "a b c")}
+    assert len(names) == 4
+
+
+def _decode(name: str) -> str:
+    """The inverse of the encoding, for names without the long-id hash: proves nothing is lost."""
+    out, i = bytearray(), 0
+    while i < len(name):
+        if name[i] == "_":
+            out.append(int(name[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(name[i]))
+            i += 1
+    return out.decode("utf-8", errors="surrogatepass")
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_file_names_are_injective_and_safe(a: str, b: str) -> None:
+    name_a, name_b = job_file_name(a), job_file_name(b)
+    assert (name_a == name_b) == (a == b)
+    for name in (name_a, name_b):
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+", name) and not name.startswith(".")
+    if a and "_-" not in name_a:  # not cut to the long-id form
+        assert _decode(name_a) == a
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.text(min_size=70, max_size=300), st.text(min_size=70, max_size=300))
+def test_long_ids_keep_distinct_bounded_names(a: str, b: str) -> None:
+    name_a, name_b = job_file_name(a), job_file_name(b)
+    assert (name_a == name_b) == (a == b)
+    assert len(name_a) <= MAX_NAME and len(name_b) <= MAX_NAME
+
+
+async def test_records_of_ids_that_used_to_collide_are_kept_apart(tmp_path: Path) -> None:
+    failed = record_for(issue_job("a:b:c"), outcome="failed", reason="container-exit-1")
+    await write_record(str(tmp_path), failed)
+    await write_record(str(tmp_path), record_for(issue_job("a_b_c")))
+    first, second = await read_record(str(tmp_path), "a:b:c"), await read_record(str(tmp_path), "a_b_c")
+    assert first is not None and (first.job_id, first.outcome) == ("a:b:c", "failed")
+    assert second is not None and (second.job_id, second.outcome) == ("a_b_c", "completed")
+    assert sorted(r.job_id for r in await list_runs(str(tmp_path))) == ["a:b:c", "a_b_c"]
+
+
+async def test_a_record_under_the_old_name_is_read_only_for_its_own_job(tmp_path: Path) -> None:
+    legacy = tmp_path / "a_b_c.json"  # what the replacing sanitiser named "a:b:c"'s record
+    legacy.write_bytes(encode_record(record_for(issue_job("a:b:c"))))
+    rec = await read_record(str(tmp_path), "a:b:c")
+    assert rec is not None and rec.job_id == "a:b:c"
+    assert await read_record(str(tmp_path), "a/b/c") is None  # same old name, another job
 
 
 async def test_written_record_ends_with_newline_and_holds_no_payload_text(tmp_path: Path) -> None:
     logs = tmp_path / "deep" / "logs"
     job = issue_job("repeat:nightly:1700")
     assert await write_record(str(logs), record_for(job))
-    path = logs / "repeat_nightly_1700.json"
+    path = logs / "repeat_3anightly_3a1700.json"
     raw = path.read_bytes()
     assert raw.endswith(b"}\n") and raw.count(b"\n") == 1
     text = raw.decode()
     for secret in (TITLE, BODY, "Spelling", "21031067", str(tmp_path), "bug"):
         assert secret not in text
     assert json.loads(text)["jobId"] == "repeat:nightly:1700"
-    assert [p.name for p in logs.iterdir()] == ["repeat_nightly_1700.json"]  # no temp file left over
+    assert [p.name for p in logs.iterdir()] == [path.name]  # no temp file left over
 
 
 async def test_later_attempt_overwrites_and_reads_back(tmp_path: Path) -> None:

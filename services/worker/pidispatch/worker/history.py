@@ -23,6 +23,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, RunRecord, record_target, sanitize_job_id
 from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
+from pidispatch.worker.jobname import job_file_name
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
@@ -35,6 +36,12 @@ def iso_ms(epoch_ms: int) -> str:
 
 
 def record_path(logs_dir: str, job_id: str) -> Path:
+    """``<logs_dir>/<name>.json`` with the injective name: no two job ids share a record."""
+    return Path(logs_dir) / f"{job_file_name(job_id)}.json"
+
+
+def _legacy_path(logs_dir: str, job_id: str) -> Path:
+    # Records written before the injective names; several ids may map to one, so it is checked.
     return Path(logs_dir) / f"{sanitize_job_id(job_id)}.json"
 
 
@@ -98,13 +105,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def _failure_reason(exc: BaseException) -> str:
     # errno names only: an OSError's text carries the host path.
-    if isinstance(exc, OSError) and exc.errno in errno.errorcode:
+    if isinstance(exc, OSError) and exc.errno is not None and exc.errno in errno.errorcode:
         return errno.errorcode[exc.errno]
     return type(exc).__name__
 
 
 async def write_record(logs_dir: str, record: RunRecord) -> bool:
-    """Write ``<logs_dir>/<sanitized id>.json``; on failure log ``run_record_failed`` and return False."""
+    """Write ``<logs_dir>/<job file name>.json``; on failure log ``run_record_failed`` and return False."""
     try:
         await asyncio.to_thread(_write_atomic, record_path(logs_dir, record.job_id), encode_record(record))
         return True
@@ -120,9 +127,20 @@ def _read(path: Path) -> RunRecord | None:
         return None
 
 
+def _read_either(logs_dir: str, job_id: str) -> RunRecord | None:
+    found = _read(record_path(logs_dir, job_id))
+    if found is None:
+        legacy = _read(_legacy_path(logs_dir, job_id))
+        found = legacy if legacy is not None and legacy.job_id == job_id else None
+    return found
+
+
 async def read_record(logs_dir: str, job_id: str) -> RunRecord | None:
-    """The job's last record, or None when there is none or it does not decode."""
-    return await asyncio.to_thread(_read, record_path(logs_dir, job_id))
+    """The job's last record, or None when there is none or it does not decode.
+
+    A record under the pre-injective name counts only when it names this very job.
+    """
+    return await asyncio.to_thread(_read_either, logs_dir, job_id)
 
 
 # ---- retention (spec worker §4.3) ------------------------------------------------------------------
