@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,12 +17,15 @@ from typing import Any
 import aiodocker
 
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields
+from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker.context import hash_fields
+from pidispatch.worker.history import record_path
+from pidispatch.worker.local import local_job_id
 from pidispatch.worker.service import run_worker
-from tests.helpers import load_fixture, wait_for
+from tests.helpers import ServiceProcess, load_fixture, wait_for
 
 
 def issue_job(steer: str, *, number: int = 1) -> Job:
@@ -35,9 +42,29 @@ def issue_job(steer: str, *, number: int = 1) -> Job:
     )
 
 
-async def enqueue(redis: Redis, keys: Keys, job: Job) -> str:
-    entry_id = await redis.xadd(keys.jobs, job_to_fields(job))
-    return entry_id.decode()
+def git_repo(path: Path, owner: int | None) -> Path:
+    """A committed repository; ``owner`` (needs root) gives it to another account, as a local job needs."""
+    path.mkdir()
+    (path / "README").write_text("hello\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for argv in (["init", "-q"], ["add", "README"], [*ident, "commit", "-qm", "init"]):
+        subprocess.run(["git", "-C", str(path), *argv], check=True, capture_output=True)
+    if owner is not None:
+        subprocess.run(["chown", "-R", f"{owner}:{owner}", str(path)], check=True)
+    return path
+
+
+def local_job(folder: Path, steer: str, minute_ms: int | None = None) -> Job:
+    """A local job as ``pi-dispatch run <folder> --task <steer>`` queues it."""
+    job_id = local_job_id(
+        str(folder), flow=None, task=steer, model=None, image=None,
+        now_ms=now_ms() if minute_ms is None else minute_ms,
+    )
+    return Job(id=job_id, kind="local", repo=f"local:{folder.name}", folder=str(folder), task=steer)
+
+
+async def enqueue(redis: Redis, keys: Keys, job: Job, stream: str | None = None) -> str:
+    return text(await redis.xadd(stream or keys.jobs, hash_fields(job_to_fields(job))))
 
 
 @contextlib.asynccontextmanager
@@ -54,7 +81,84 @@ async def running_worker(
         await asyncio.wait_for(task, 60)
 
 
+def read_record(logs_dir: str, job: Job) -> dict[str, Any] | None:
+    """The job's record file as the worker names it, or None when there is none yet."""
+    path = record_path(logs_dir, job.id)
+    found: dict[str, Any] | None = json.loads(path.read_text()) if path.exists() else None
+    return found
+
+
 async def record(settings: Settings, job: Job, timeout: float = 60) -> dict[str, Any]:
-    path = Path(settings.logs_dir) / f"{job.id}.json"
+    path = record_path(settings.logs_dir, job.id)
     await wait_for(path.exists, timeout, what=f"run record of {job.id}")
-    return json.loads(path.read_text())
+    found: dict[str, Any] = json.loads(path.read_text())
+    return found
+
+
+async def host_containers(docker: aiodocker.Docker, host: str, *, running: bool = False) -> list[Any]:
+    filters: dict[str, list[str]] = {"label": [f"pd.host={host}"]}
+    if running:
+        filters["status"] = ["running"]
+    return await docker.containers.list(all=True, filters=json.dumps(filters))
+
+
+async def container_starts(docker: aiodocker.Docker, host: str, since_s: int) -> list[str]:
+    """The job id of every container start on this host's label since ``since_s``, from the daemon's
+    own event log: what was actually started, whoever started it."""
+    until = int(time.time()) + 1
+    filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}"]}
+    resp = await docker._do_query(
+        "events", "GET", params={"since": since_s, "until": until, "filters": json.dumps(filters)}
+    )
+    try:
+        body = await resp.text()
+    finally:
+        resp.release()
+    events = [json.loads(line) for line in body.splitlines() if line.strip()]
+    return [e["Actor"]["Attributes"]["pd.job"] for e in events]
+
+
+class DockerSocketProxy:
+    """A unix socket in front of the real daemon that a test can take away and bring back."""
+
+    def __init__(self, path: Path, target: str = "/var/run/docker.sock") -> None:
+        self.path, self.target = path, target
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for w in list(self.writers):
+            w.close()
+        await self.server.wait_closed()
+        self.path.unlink(missing_ok=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(self.target)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.writers -= {writer, up_writer}
+
+
+
+def kill_tree(proc: ServiceProcess) -> None:
+    """kill -9 the worker and anything it spawned (it runs in its own session)."""
+    if proc.proc and proc.proc.poll() is None:
+        os.killpg(proc.proc.pid, signal.SIGKILL)
+        proc.proc.wait(10)

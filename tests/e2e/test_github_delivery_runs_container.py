@@ -103,7 +103,7 @@ async def test_signed_github_delivery_runs_one_isolated_container_and_records_it
     assert host["Memory"] == 256 * 1024**2
     assert host["NanoCpus"] == 1_000_000_000
     assert host["Init"] is True
-    assert host["AutoRemove"] is True
+    assert host["AutoRemove"] is False  # kept until its end is recorded, then removed by the worker
     assert host.get("Privileged") is False
     uid, _, gid = info["Config"]["User"].partition(":")
     assert int(uid) != 0 and int(gid) != 0

@@ -20,7 +20,7 @@ from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
 from pidispatch.worker.container import build_spec, container_name
 from pidispatch.worker.local import FolderFacts, inspect_folder, local_job_id, local_user
-from pidispatch.worker.runner import Abort, run_container
+from pidispatch.worker.runner import Abort, remove_job_containers, run_container
 from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace, remove_workspace
 from tests.helpers import wait_for
 
@@ -202,8 +202,13 @@ async def test_local_job_writes_into_the_folder_as_the_folders_owner_never_root(
             user=local_user(facts), workspace=str(folder),
         )
         result = await run_container(docker, spec, timeout_s=60, abort=Abort())
+        assert result.container_id is not None
+        kept = await docker.containers.container(result.container_id).show()
+        assert (kept["State"]["Status"], kept["State"]["ExitCode"]) == ("exited", 0)
     finally:
         await remove_workspace(job_dir, settings.jobs_dir)
+        # Kept after its exit (the worker removes it once recorded): this test is the worker here.
+        await remove_job_containers(docker, job.id, settings.worker_name)
     assert result.exit_code == 0
     written = folder / "agent-was-here"
     assert written.read_text().strip() == "4242"

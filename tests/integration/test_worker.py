@@ -21,7 +21,7 @@ from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, create_redis
 from tests.helpers import RedisProcess, wait_for
-from tests.worker_support import enqueue, issue_job, record, running_worker
+from tests.worker_support import DockerSocketProxy, enqueue, issue_job, record, running_worker
 
 
 async def job_containers(docker: aiodocker.Docker, job: Job) -> list[Any]:
@@ -57,7 +57,7 @@ async def test_worker_runs_job_in_isolated_container_and_records_completed(
         assert host["PidsLimit"] == 512
         assert host["Memory"] == host["MemorySwap"] == 256 * 1024**2
         assert host["NanoCpus"] == 1_000_000_000
-        assert host["Init"] is True and host["AutoRemove"] is True and host["Privileged"] is False
+        assert host["Init"] is True and host["AutoRemove"] is False and host["Privileged"] is False
         assert info["Config"]["User"] == "1000:1000"
         # The image's own labels are inherited; the worker adds exactly these two.
         own = {k: v for k, v in info["Config"]["Labels"].items() if not k.startswith("dev.pi-dispatch.")}
@@ -256,44 +256,6 @@ async def test_job_whose_container_vanished_is_recorded_worker_lost_and_not_run_
     assert (rec["outcome"], rec["reason"], rec["exitCode"]) == ("failed", "worker-lost", None)
     assert "job_started" not in [e["event"] for e in logs]
     assert await job_containers(docker, job) == []
-
-
-class DockerSocketProxy:
-    """A unix socket in front of the real daemon that a test can take away and bring back."""
-
-    def __init__(self, path: Path, target: str = "/var/run/docker.sock") -> None:
-        self.path, self.target = path, target
-        self.server: asyncio.Server | None = None
-        self.writers: set[asyncio.StreamWriter] = set()
-
-    @property
-    def url(self) -> str:
-        return f"unix://{self.path}"
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for w in list(self.writers):
-            w.close()
-        await self.server.wait_closed()
-        self.path.unlink(missing_ok=True)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(self.target)
-        self.writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(Exception):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self.writers -= {writer, up_writer}
 
 
 async def test_worker_waits_out_a_docker_outage_then_runs_the_waiting_job(

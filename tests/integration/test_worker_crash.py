@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
 import aiodocker
 
 from pidispatch.common.keys import WORKER_GROUP, Keys
-from pidispatch.common.models import Job
+from pidispatch.common.models import Job, decode_fields
 from pidispatch.common.redis import Redis, create_redis
 from tests.helpers import RedisProcess, ServiceProcess, wait_for
-from tests.worker_support import enqueue, issue_job
+from tests.worker_support import enqueue, issue_job, kill_tree
 
 # Short liveness so a dead host's row expires in a second or two instead of 90 s.
 FAST_LIVENESS = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500"}
 
 
 async def job_state(redis: Redis, keys: Keys, job: Job) -> dict[str, str]:
-    raw = await redis.hgetall(keys.job(job.id))
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    return decode_fields(await redis.hgetall(keys.job(job.id)))
 
 
 async def job_containers(docker: aiodocker.Docker, job: Job) -> list[Any]:
@@ -33,13 +31,6 @@ async def job_containers(docker: aiodocker.Docker, job: Job) -> list[Any]:
 def read_record(env: dict[str, str], job: Job) -> dict[str, Any] | None:
     path = Path(env["PI_LOGS_DIR"]) / f"{job.id}.json"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def kill_tree(proc: ServiceProcess) -> None:
-    """kill -9 the worker and anything it spawned (it runs in its own session)."""
-    if proc.proc and proc.proc.poll() is None:
-        os.killpg(proc.proc.pid, signal.SIGKILL)
-        proc.proc.wait(10)
 
 
 async def test_restarted_worker_reattaches_and_exactly_one_container_runs_and_one_record_completes(
@@ -85,6 +76,9 @@ async def test_peer_records_a_dead_hosts_started_job_worker_lost_and_starts_no_s
         await enqueue(redis, keys, job)
         await wait_for(lambda: dead.logged("job_started"), 60, what="the container to start")
         kill_tree(dead)  # never restarted
+        # The dead host's Docker is out of the peer's sight (here: its container is gone with it).
+        (gone,) = await job_containers(docker, job)
+        await gone.delete(force=True)
         peer.start()
         await wait_for(lambda: read_record(env, job), 30, what="the peer to record the lost job")
         await wait_for(lambda: peer.logged("job_finished"), 10, what="the peer to ack it")
@@ -97,11 +91,36 @@ async def test_peer_records_a_dead_hosts_started_job_worker_lost_and_starts_no_s
         "failed", "worker-lost", peer_env["PI_WORKER_NAME"]
     )
     assert peer.logged("jobs_taken_over") and not peer.logged("job_started")
-    # The dead host's container is the only one that ever ran for this job.
-    assert len(await job_containers(docker, job)) == 1
+    assert await job_containers(docker, job) == []  # no second container
     assert await redis.xpending(keys.jobs, WORKER_GROUP) == {
         "pending": 0, "min": None, "max": None, "consumers": []
     }
+
+
+async def test_peer_on_the_dead_hosts_docker_daemon_records_its_containers_true_outcome(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    job = issue_job("exit=0 sleep=3")
+    dead = ServiceProcess("worker", {**env, **FAST_LIVENESS}, tmp_path / "dead.log")
+    peer_env = {**env, **FAST_LIVENESS, "PI_WORKER_NAME": env["PI_WORKER_NAME"] + "-peer"}
+    peer = ServiceProcess("worker", peer_env, tmp_path / "peer.log")
+    try:
+        dead.start()
+        await enqueue(redis, keys, job)
+        await wait_for(lambda: dead.logged("job_started"), 60, what="the container to start")
+        kill_tree(dead)  # never restarted; its container, labelled with its name, runs on
+        peer.start()
+        await wait_for(lambda: peer.logged("job_finished"), 60, what="the peer to finish the job")
+        assert peer.stop() == 0
+    finally:
+        dead.stop()
+        peer.stop()
+    rec = read_record(env, job)
+    assert rec is not None
+    assert (rec["outcome"], rec["exitCode"], rec["host"]) == ("completed", 0, peer_env["PI_WORKER_NAME"])
+    assert peer.logged("job_reattached") and not peer.logged("job_started")
+    assert await job_containers(docker, job) == []  # removed after the record, under its own label
+    assert os.listdir(env["PI_JOBS_DIR"]) == []
 
 
 async def test_job_delivered_but_never_started_on_a_dead_host_runs_once_on_the_peer(

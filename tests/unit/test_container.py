@@ -50,7 +50,7 @@ def spec_of(job: Job, job_dir: str, settings, **kwargs: object) -> ContainerSpec
 
 def test_build_spec_names_labels_mounts_and_limits(settings) -> None:
     spec = spec_of(issue_job(id="gh-a:b/c"), "/jobs/job-x", settings)
-    assert spec.name == "pi-job-gh-a_b_c"
+    assert spec.name == "pi-job-gh-a_3ab_2fc"  # the injective name: "gh-a_b_c" is another container
     assert spec.labels == {"pd.job": "gh-a:b/c", "pd.host": "hostA"}
     assert [tuple(m) for m in spec.mounts] == [
         ("/jobs/job-x", "/job", True),
@@ -77,7 +77,7 @@ def test_translation_carries_every_fixed_isolation_setting(settings) -> None:
     assert config["Image"] == "pi-job:latest"
     assert config["Labels"] == {"pd.job": issue_job().id, "pd.host": "hostA"}
     host = config["HostConfig"]
-    assert host["AutoRemove"] is True
+    assert host["AutoRemove"] is False  # kept until its end is recorded, then removed by the worker
     assert host["Init"] is True
     assert host["CapDrop"] == ["ALL"]
     assert host["SecurityOpt"] == ["no-new-privileges"]

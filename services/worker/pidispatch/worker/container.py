@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from pidispatch.common.models import Job, sanitize_job_id
+from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings, image_ref_ok
+from pidispatch.worker.jobname import job_file_name
 
 CONTAINER_PREFIX = "pi-job-"
 LABEL_JOB = "pd.job"
@@ -62,7 +63,7 @@ class ContainerSpec:
 
 
 def container_name(job_id: str) -> str:
-    return CONTAINER_PREFIX + sanitize_job_id(job_id)
+    return CONTAINER_PREFIX + job_file_name(job_id)
 
 
 def resolve_image(job: Job, settings: Settings) -> str:
@@ -141,7 +142,9 @@ def to_docker_config(spec: ContainerSpec) -> dict[str, Any]:
         "AttachStdout": True,
         "AttachStderr": True,
         "HostConfig": {
-            "AutoRemove": True,
+            # Kept after the exit: its exit code and output outlive a worker crash, and the worker
+            # removes it only once the record of its end is written (DESIGN.md §4).
+            "AutoRemove": False,
             "Init": True,
             "CapDrop": ["ALL"],
             "SecurityOpt": ["no-new-privileges"],

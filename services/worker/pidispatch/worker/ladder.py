@@ -112,6 +112,7 @@ async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcom
             return refuse(job, forge.reason)
         token, tip = forge
     job_dir = await prepare_workspace(job, s, sha=sha)
+    keep = False
     try:
         if tip is not None and token is not None:
             cloned = await _clone(job, job_dir, tip, token)
@@ -119,9 +120,12 @@ async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcom
                 return refuse(job, cloned.reason)
         return await _spend(ctx, held, job, spend, job_dir=job_dir, user=user, workspace=workspace,
                             secrets=secrets, token=token)
+    except (DockerUnavailable, asyncio.CancelledError):
+        # A started container whose end is not known yet still mounts the folder: the re-attach removes it.
+        keep = spend.started
+        raise
     finally:
-        # A container left running at shutdown still mounts its folder: the re-attach removes it.
-        if not (spend.started and _cancelling()):
+        if not keep:
             await remove_workspace(job_dir, s.jobs_dir)
 
 
@@ -129,7 +133,9 @@ async def _forge_gates(ctx: Context, job: Job) -> tuple[str, Tip] | Refusal:
     """Rows 13-14: a token for this job's repository only, the default branch's tip from fresh API calls
     (never the webhook's fields), and that branch must be protected."""
     try:
-        api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)  # type: ignore[arg-type]
+        if ctx.http is None:  # only a worker built without its HTTP session (a test) gets here
+            raise ConfigError("no HTTP client for forge calls")
+        api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
         token = await api.mint()
         tip = await api.tip(token)
         if not await api.protected(token, tip.default_branch):
@@ -151,11 +157,6 @@ async def _clone(job: Job, job_dir: str, tip: Tip, token: str) -> Refusal | None
     except ConfigError:
         get_logger().warning("refused_config", job=job.id, kind=job.kind, step="clone")
         return Refusal("config-refused")
-
-
-def _cancelling() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 async def _spend(
@@ -200,6 +201,12 @@ async def _spend(
     if not spend.started or (result.exit_code in (125, 126, 127) and not result.aborted):
         await spend.refund()  # aborted before the start, or the runtime never started the runner
     done = settle_result(result, budget_reserved=spend.reserved)
-    if done.exit_info is not None and done.exit_info.tokens:
-        await budget.record_token_spend(ctx.redis, ctx.keys, s, ctx.clock(), done.exit_info.tokens["total"])
+    await count_tokens(ctx, done)
     return done
+
+
+async def count_tokens(ctx: Context, done: Outcome) -> None:
+    """Add a run's tokens to today's counter (never raises), whichever process saw it end."""
+    if done.exit_info is not None and done.exit_info.tokens:
+        total = done.exit_info.tokens["total"]
+        await budget.record_token_spend(ctx.redis, ctx.keys, ctx.settings, ctx.clock(), total)

@@ -2,20 +2,22 @@
 
 Delivery guarantee (DESIGN.md §4): an entry is acked only after its run record is written, or moved to
 ``pd:delayed`` (retry, defer) in the same server-side step that acks it. A job whose container may have
-started is never started again: a restart re-attaches to it, a peer records it ``worker-lost``.
+started is never started again: a restart re-attaches to it (running or exited: containers are kept
+until their end is recorded), a peer records it ``worker-lost``. A container is removed after its record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
 from redis.exceptions import RedisError
 
 from pidispatch.common import delayed
+from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff
 from pidispatch.common.keys import DEFER_MS, JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
@@ -23,16 +25,17 @@ from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead
 from pidispatch.worker.answers import answer_for, post_answer
-from pidispatch.worker.context import Context, Held, set_state
+from pidispatch.worker.context import Context, Held, hash_fields, set_state
 from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
-from pidispatch.worker.ladder import Spend, capture_path, run_ladder, settle_result
+from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
 from pidispatch.worker.outcome import InfraFault, Outcome
 from pidispatch.worker.runner import (
     ContainerGone,
     DockerUnavailable,
     find_started,
-    reattach_container,
+    follow,
+    remove_job_containers,
 )
 from pidispatch.worker.workspace import remove_workspace
 
@@ -77,6 +80,7 @@ class Prior:
     launched: bool  # a container may have started for this attempt
     started_ms: int | None
     final: bool = False  # the state hash says terminal: only the ack can be missing
+    host: str | None = None  # the host that ran this attempt (its containers carry its label)
 
 
 async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
@@ -86,12 +90,13 @@ async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
     started = state.get("startedAt", "")
     launched = state.get("state") in ("launching", "running") or bool(state.get("container"))
     started_ms = int(started) if started.isdigit() else None
+    host = state.get("host") or None
     if state.get("state") in TERMINAL_STATES:
-        return Prior(state["state"], state.get("reason") or None, launched, started_ms, final=True)
+        return Prior(state["state"], state.get("reason") or None, launched, started_ms, True, host)
     record = await read_record(ctx.settings.logs_dir, job.id)
     if record is not None and record.attempt == attempt:
-        return Prior(record.outcome, record.reason, launched, started_ms)
-    return Prior(None, None, launched, started_ms)
+        return Prior(record.outcome, record.reason, launched, started_ms, host=host)
+    return Prior(None, None, launched, started_ms, host=host)
 
 
 async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> bool:
@@ -101,22 +106,24 @@ async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> b
     if prior.outcome is not None:
         # Recorded, but the ack (or the move to delayed) was lost: finish that step, never run again.
         log.info("job_already_recorded", job=job.id)
+        # A crash between the record and the container's removal left it behind: remove it first.
+        await remove_job_containers(ctx.docker, job.id, ctx.host)
         await _after_record(ctx, held, job, attempt, prior.outcome, prior.reason, retry=not prior.final)
         return True
     started_ms = prior.started_ms or ctx.clock()
-    if held.origin == "peer":
-        if not prior.launched:
-            return False  # it never started a container on the dead host: run it here
-        log.warning("job_lost_with_its_host", job=job.id)
-        await _conclude(ctx, held, job, attempt, started_ms, Outcome("failed", "worker-lost"))
-        return True
-    leftover = await find_started(ctx.docker, job.id, ctx.host)
+    if held.origin == "peer" and not prior.launched:
+        return False  # it never started a container on the dead host: run it here
+    # A peer sees the dead host's container only when both share one Docker daemon.
+    owner = prior.host if held.origin == "peer" else ctx.host
+    leftover = await find_started(ctx.docker, job.id, owner) if owner else None
     if leftover is not None:
         done = await _reattach(ctx, held, job, leftover.container_id, leftover.job_dir)
-        await _conclude(ctx, held, job, attempt, started_ms, done)
+        await _conclude(ctx, held, job, attempt, started_ms, done, owner=owner)
         return True
     if prior.launched:
         # It started a container that is gone with its exit code: never pay for it twice.
+        if held.origin == "peer":
+            log.warning("job_lost_with_its_host", job=job.id)
         await _conclude(ctx, held, job, attempt, started_ms, Outcome("failed", "worker-lost"))
         return True
     return False
@@ -126,7 +133,7 @@ async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_d
     get_logger().info("job_reattached", job=job.id, container=container_id[:12])
     await set_state(ctx, job.id, state="running", container=container_id)
     try:
-        result = await reattach_container(
+        result = await follow(
             ctx.docker, container_id, timeout_s=ctx.settings.job_timeout_s, abort=held.abort,
             capture=capture_path(ctx, job),
         )
@@ -134,7 +141,9 @@ async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_d
         return Outcome("failed", "worker-lost", budget_reserved=True)
     if job_dir:
         await remove_workspace(job_dir, ctx.settings.jobs_dir)
-    return settle_result(result, budget_reserved=True)
+    done = settle_result(result, budget_reserved=True)
+    await count_tokens(ctx, done)
+    return done
 
 
 # ---- one attempt ------------------------------------------------------------------------------------
@@ -161,7 +170,11 @@ async def _attempt(ctx: Context, held: Held, job: Job, attempt: int) -> None:
 
 
 async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
-    """The ladder and the container; an infrastructure fault becomes a retried ``failed`` attempt."""
+    """The ladder and the container; an infrastructure fault becomes a retried ``failed`` attempt.
+
+    A hold (Docker or Redis gone) or a shutdown past its grace writes no record: an attempt that started
+    nothing gives its slot back and runs again; a started container keeps it and is re-attached.
+    """
     spend = Spend()
     try:
         return await run_ladder(ctx, held, job, spend)
@@ -170,12 +183,12 @@ async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
             await spend.refund()
         get_logger().warning("job_attempt_failed", job=job.id, reason=fault.reason)
         return Outcome("failed", fault.reason, budget_reserved=spend.reserved, retry=True)
-    except (DockerUnavailable, RedisError):
-        if not spend.launched:
+    except (DockerUnavailable, RedisError, RegistryUnreachable):
+        if not spend.started:
             await spend.refund()
         raise
     except asyncio.CancelledError:
-        if not spend.launched:
+        if not spend.started:
             await asyncio.shield(spend.refund())
         raise
     except OSError as exc:
@@ -188,7 +201,7 @@ async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
     except Exception as exc:
         # A bug: recorded once, never retried (spec worker §1.2 "any other exception").
         get_logger().error("job_crashed", job=job.id, error=type(exc).__name__)
-        if not spend.launched:
+        if not spend.started:
             await spend.refund()
         return Outcome("failed", "internal-error", budget_reserved=spend.reserved)
 
@@ -197,9 +210,11 @@ async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
 
 
 async def _conclude(
-    ctx: Context, held: Held, job: Job, attempt: int, started_ms: int, done: Outcome
+    ctx: Context, held: Held, job: Job, attempt: int, started_ms: int, done: Outcome,
+    *, owner: str | None = None,
 ) -> None:
-    """Record, then retry later or mark terminal, then ack: the ack only after the record is written."""
+    """Record, remove the container, then retry later or mark terminal and ack: the container's exit
+    code and the entry both outlive a crash until the record is written."""
     result = done.result
     record = build_record(
         job, attempt=attempt, outcome=done.outcome, reason=done.reason,
@@ -213,6 +228,9 @@ async def _conclude(
     )
     if await write_record(ctx.settings.logs_dir, record) and ctx.mirror is not None:
         await ctx.mirror.write(record, ctx.clock())
+    crash_point("worker_after_record")
+    # Docker unreachable here is a hold: the next pass finds the record, removes, then acks.
+    await remove_job_containers(ctx.docker, job.id, owner or ctx.host)
     await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry)
 
 
@@ -240,7 +258,7 @@ async def _after_record(
 
 async def _mark_terminal_and_ack(ctx: Context, held: Held, job_id: str, fields: dict[str, str]) -> None:
     async with ctx.redis.pipeline(transaction=True) as pipe:
-        pipe.hset(ctx.keys.job(job_id), mapping=fields)
+        pipe.hset(ctx.keys.job(job_id), mapping=hash_fields(fields))
         pipe.expire(ctx.keys.job(job_id), JOB_STATE_TTL_S)
         pipe.xack(held.stream, WORKER_GROUP, held.entry_id)
         await pipe.execute()
@@ -255,12 +273,12 @@ async def _defer(ctx: Context, held: Held, job: Job, attempt: int) -> None:
     ))
 
 
-async def _until_done(ctx: Context, step: Callable[[], object]) -> None:
+async def _until_done(ctx: Context, step: Callable[[], Awaitable[object]]) -> None:
     """A step that must happen once the record exists: retried through a Redis outage."""
     backoff = Backoff()
     while True:
         try:
-            await step()  # type: ignore[misc]
+            await step()
             ctx.redis_health.ok()
             return
         except RedisError as exc:

@@ -1,9 +1,9 @@
 """Run one container to its end through the Engine API, and classify how it ended (spec worker §1.6, §2.5).
 
-The order create -> wait request -> attach -> start is what ``docker run --rm`` does: with AutoRemove
-the container may vanish the instant it exits, so the exit code is only safe from a ``wait`` the daemon
-registered before the start, and the output only from an attach made before the start (a ``logs``
-request after the fact can find the container already gone).
+Job containers are created without AutoRemove, so an exited container keeps its exit code and output
+until the worker has written the record of its end (DESIGN.md §4): the exit code comes from a
+``wait`` on ``not-running`` and the output from ``logs`` after the exit, both safe at any time after the
+start, and the same for a run this process started and one a crashed process left behind.
 """
 
 from __future__ import annotations
@@ -12,31 +12,34 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiodocker
 import aiohttp
 from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
-from aiodocker.stream import Stream
 
 from pidispatch.common.errors import InfraError
 from pidispatch.common.log import get_logger
 from pidispatch.worker.container import JOB_MOUNT, LABEL_HOST, LABEL_JOB, ContainerSpec, to_docker_config
-from pidispatch.worker.exitline import Tail
+from pidispatch.worker.exitline import TAIL_BYTES, Tail
 
 STOP_TIMEOUT_S = 5
 # After a stop, how long the container gets to actually exit before the slot is freed anyway.
 STOP_TAKE_S = 30.0
-# After the exit, how long the output stream gets to deliver its last bytes.
-DRAIN_S = 5.0
+# How long reading an exited container's output may take (it is on the daemon's disk already).
+LOGS_S = 30.0
 ABORTED_CODE = 137
 NEVER_STARTED = frozenset({125, 126, 127})
 OPERATOR_CANCEL = "operator-cancel"
 JOB_TIMEOUT = "job-timeout"
-# Long-lived requests (wait, attach) must not time out on reads, but must fail fast on a dead daemon.
+# Long-lived requests (wait) must not time out on reads, but must fail fast on a dead daemon.
 LONG_REQUEST = aiohttp.ClientTimeout(total=None, sock_read=None, connect=5, sock_connect=5)
+# Every line is at least one byte, so this many last lines always hold the last TAIL_BYTES of output.
+TAIL_LINES = TAIL_BYTES
+FRAME_HEADER = 8
 
 OnStarted = Callable[[str], Awaitable[None]]
 
@@ -46,7 +49,7 @@ class DockerUnavailable(InfraError):
 
 
 class ContainerGone(Exception):
-    """The container to re-attach to no longer exists, so its exit code is lost."""
+    """The container to follow no longer exists, so its exit code is lost."""
 
 
 class Abort(asyncio.Event):
@@ -107,21 +110,36 @@ def never_started_code(message: str) -> int:
     return 125
 
 
-async def _open_wait(docker: aiodocker.Docker, container_id: str, condition: str) -> aiohttp.ClientResponse:
-    # The daemon sends the headers only after it registered the waiter, so once this returns the exit
-    # cannot be missed, however fast the container is removed.
-    return await docker._do_query(
-        f"containers/{container_id}/wait", "POST", params={"condition": condition}, timeout=LONG_REQUEST
+def _never_started(exc: DockerError, container_id: str | None) -> RunResult:
+    return RunResult(
+        exit_code=never_started_code(exc.message), aborted=False, abort_reason=None, tail=b"",
+        container_id=container_id,
     )
 
 
-async def _exit_code(resp: aiohttp.ClientResponse) -> int:
+async def _exit_code(docker: aiodocker.Docker, container_id: str) -> int:
+    """The exit code once the container is not running (at once if it already exited)."""
+    resp = await docker._do_query(
+        f"containers/{container_id}/wait", "POST", params={"condition": "not-running"},
+        timeout=LONG_REQUEST,
+    )
     try:
-        data = await resp.json(content_type=None)
+        data: Any = await resp.json(content_type=None)
     finally:
         resp.release()
     code = data.get("StatusCode") if isinstance(data, dict) else None
     return code if isinstance(code, int) else ABORTED_CODE
+
+
+async def _frames(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The payloads of Docker's multiplexed stdout/stderr stream (8-byte header: kind, 0, 0, 0, size)."""
+    while True:
+        try:
+            header = await content.readexactly(FRAME_HEADER)
+            payload = await content.readexactly(int.from_bytes(header[4:], "big"))
+        except asyncio.IncompleteReadError:
+            return
+        yield payload
 
 
 def _open_capture(path: str) -> int:
@@ -129,25 +147,39 @@ def _open_capture(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
-async def _pump(stream: Stream, tail: Tail, capture: str | None) -> None:
-    # Output is best effort: a broken stream must not change the outcome. It is never logged (payload text);
-    # with PI_CAPTURE_JOB_LOGS=1 it is appended to the job's own file beside its record, on this host only.
+async def _output(docker: aiodocker.Docker, container_id: str, capture: str | None) -> bytes:
+    """The exited container's output: its last 8 KiB for the exit line, all of it into ``capture``.
+
+    Best effort: a broken stream must not change the outcome. It is never logged (payload text); with
+    PI_CAPTURE_JOB_LOGS=1 it is appended to the job's own file beside its record, on this host only.
+    """
+    tail = Tail()
     fd: int | None = None
     if capture is not None:
         try:
             fd = await asyncio.to_thread(_open_capture, capture)
         except OSError as exc:
             get_logger().warning("job_log_capture_failed", error=type(exc).__name__)
+    params: dict[str, Any] = {"stdout": True, "stderr": True}
+    if fd is None:
+        params["tail"] = TAIL_LINES
     try:
-        with contextlib.suppress(Exception):
-            while (msg := await stream.read_out()) is not None:
-                tail.feed(msg.data)
-                if fd is not None:
-                    await asyncio.to_thread(os.write, fd, msg.data)
+        async with asyncio.timeout(LOGS_S):
+            resp = await docker._do_query(f"containers/{container_id}/logs", "GET", params=params)
+            try:
+                async for chunk in _frames(resp.content):
+                    tail.feed(chunk)
+                    if fd is not None:
+                        await asyncio.to_thread(os.write, fd, chunk)
+            finally:
+                resp.release()
+    except (DockerError, aiohttp.ClientError, TimeoutError, ConnectionError, OSError) as exc:
+        get_logger().warning("job_output_unreadable", error=type(exc).__name__)
     finally:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+    return tail.bytes()
 
 
 async def force_remove(container: DockerContainer) -> None:
@@ -191,45 +223,31 @@ async def _supervise(
         return ABORTED_CODE, True, reason
 
 
-async def _follow(
-    container: DockerContainer,
-    waiter: aiohttp.ClientResponse,
-    stream: Stream | None,
-    *,
-    timeout_s: float,
-    abort: asyncio.Event,
+async def follow(
+    docker: aiodocker.Docker, container_id: str, *, timeout_s: float, abort: asyncio.Event,
     capture: str | None = None,
 ) -> RunResult:
-    """Collect output and the exit code of a started container."""
-    tail = Tail()
-    reader = asyncio.create_task(_pump(stream, tail, capture)) if stream is not None else None
-    exit_task = asyncio.create_task(_exit_code(waiter))
+    """Follow a started container (this process's, or one a crashed one left) to its end.
+
+    The container stays until the caller has recorded its end and removes it. Raises ``ContainerGone``
+    when it no longer exists and ``DockerUnavailable`` when the daemon stops answering.
+    """
+    container = docker.containers.container(container_id)
+    exit_task = asyncio.create_task(_exit_code(docker, container_id))
     try:
         code, aborted, reason = await _supervise(container, exit_task, abort, timeout_s)
+    except DockerError as exc:
+        if exc.status == 404:
+            raise ContainerGone(container_id[:12]) from None
+        raise _unavailable(exc) from None
     except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
         raise _unavailable(exc) from None
     finally:
         exit_task.cancel()
-    if reader is not None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), DRAIN_S)
-        reader.cancel()
+    tail = await _output(docker, container_id, capture)
     return RunResult(
-        exit_code=code, aborted=aborted, abort_reason=reason, tail=tail.bytes(), container_id=container.id
+        exit_code=code, aborted=aborted, abort_reason=reason, tail=tail, container_id=container_id
     )
-
-
-def _attach(container: DockerContainer, *, replay: bool = False) -> Stream:
-    """An output stream, opened by ``__aenter__``; assigned first so it is closed even if opening fails."""
-    return container.attach(stdout=True, stderr=True, logs=replay, timeout=LONG_REQUEST)
-
-
-async def _close(stream: Stream | None, waiter: aiohttp.ClientResponse | None) -> None:
-    if stream is not None:
-        with contextlib.suppress(Exception):
-            await stream.close()
-    if waiter is not None:
-        waiter.close()
 
 
 async def run_container(
@@ -241,7 +259,7 @@ async def run_container(
     on_started: OnStarted | None = None,
     capture: str | None = None,
 ) -> RunResult:
-    """Create, start and follow one container to its end.
+    """Create, start and follow one container to its end; it is left for the caller to remove.
 
     Raises ``SpecRefused`` for a spec the translator refuses and ``DockerUnavailable`` when the daemon
     stops answering (a container already started is then left for re-attach, never started twice).
@@ -259,42 +277,29 @@ async def run_container(
     except DockerError as exc:
         if is_unreachable(exc):
             raise _unavailable(exc) from None
-        return RunResult(
-            exit_code=never_started_code(exc.message), aborted=False, abort_reason=None, tail=b"",
-            container_id=None,
-        )
-    waiter: aiohttp.ClientResponse | None = None
-    stream: Stream | None = None
-    started = False
+        return _never_started(exc, None)
     try:
-        waiter = await _open_wait(docker, container.id, "removed")
-        stream = _attach(container)
-        await stream.__aenter__()
         await container.start()
-        started = True
-        if on_started is not None:
-            await on_started(container.id)
-        return await _follow(container, waiter, stream, timeout_s=timeout_s, abort=abort, capture=capture)
     except DockerError as exc:
-        if started or is_unreachable(exc):
-            raise _unavailable(exc) from None
         await force_remove(container)
-        return RunResult(
-            exit_code=never_started_code(exc.message), aborted=False, abort_reason=None, tail=b"",
-            container_id=container.id,
-        )
+        if is_unreachable(exc):
+            raise _unavailable(exc) from None
+        return _never_started(exc, container.id)
     except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
-        if not started:
-            await force_remove(container)
+        await force_remove(container)
         raise _unavailable(exc) from None
     except asyncio.CancelledError:
-        # A shutdown past its grace leaves a started container running for the next start to re-attach
-        # (it carries this host's labels); one that never started is removed, as nothing was spent.
-        if not started:
-            await asyncio.shield(force_remove(container))
+        # One that never started is removed, as nothing was spent.
+        await asyncio.shield(force_remove(container))
         raise
-    finally:
-        await _close(stream, waiter)
+    if on_started is not None:
+        await on_started(container.id)
+    # A shutdown past its grace cancels this and leaves the container running for the next start to
+    # re-attach (it carries this host's labels).
+    return await follow(docker, container.id, timeout_s=timeout_s, abort=abort, capture=capture)
+
+
+# ---- what an earlier process left --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -305,59 +310,53 @@ class Leftover:
     job_dir: str | None
 
 
+def _job_filter(job_id: str, host: str) -> str:
+    return json.dumps({"label": [f"{LABEL_JOB}={job_id}", f"{LABEL_HOST}={host}"]})
+
+
+async def _list(docker: aiodocker.Docker, filters: str) -> list[DockerContainer]:
+    try:
+        return await docker.containers.list(all=True, filters=filters)
+    except DockerError as exc:
+        if is_unreachable(exc):
+            raise _unavailable(exc) from None
+        raise
+    except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+        raise _unavailable(exc) from None
+
+
+def _job_dir(info: dict[str, Any]) -> str | None:
+    mounts: list[dict[str, Any]] = info.get("Mounts") or []
+    source = next((m.get("Source") for m in mounts if m.get("Destination") == JOB_MOUNT), None)
+    return source if isinstance(source, str) else None
+
+
 async def find_started(docker: aiodocker.Docker, job_id: str, host: str) -> Leftover | None:
     """This host's container for ``job_id`` that did start (running or exited), if any.
 
     One that was created but never started is removed: nothing was spent, so the job simply runs again.
     """
-    labels = [f"{LABEL_JOB}={job_id}", f"{LABEL_HOST}={host}"]
-    try:
-        found = await docker.containers.list(all=True, filters=json.dumps({"label": labels}))
-    except DockerError as exc:
-        if is_unreachable(exc):
-            raise _unavailable(exc) from None
-        raise
-    for container in found:
-        info = container._container
+    for container in await _list(docker, _job_filter(job_id, host)):
+        info: dict[str, Any] = container._container
         if info.get("State") == "created":
             await force_remove(container)
             continue
-        mounts = info.get("Mounts") or []
-        job_dir = next((m.get("Source") for m in mounts if m.get("Destination") == JOB_MOUNT), None)
-        return Leftover(container_id=container.id, job_dir=job_dir)
+        return Leftover(container_id=container.id, job_dir=_job_dir(info))
     return None
 
 
-async def reattach_container(
-    docker: aiodocker.Docker, container_id: str, *, timeout_s: float, abort: asyncio.Event,
-    capture: str | None = None,
-) -> RunResult:
-    """Follow a container a previous worker process started (running or exited) instead of a new run.
+async def remove_job_containers(docker: aiodocker.Docker, job_id: str, host: str) -> None:
+    """Remove this host's containers of ``job_id``: called once the record of its end is written.
 
-    Raises ``ContainerGone`` when it vanished before its exit could be read.
+    Raises ``DockerUnavailable`` when the daemon does not answer, so the caller can try again later.
     """
-    container = docker.containers.container(container_id)
-    waiter: aiohttp.ClientResponse | None = None
-    stream: Stream | None = None
-    try:
-        waiter = await _open_wait(docker, container_id, "not-running")
-        # Replay the output so far: the exit line may already be printed. An exited container cannot be
-        # attached at all; its record then has no telemetry.
-        stream = _attach(container, replay=True)
+    for container in await _list(docker, _job_filter(job_id, host)):
         try:
-            await stream.__aenter__()
-        except DockerError:
-            await _close(stream, None)
-            stream = None
-        result = await _follow(container, waiter, stream, timeout_s=timeout_s, abort=abort, capture=capture)
-    except DockerError as exc:
-        if exc.status == 404:
-            raise ContainerGone(container_id[:12]) from None
-        raise _unavailable(exc) from None
-    except (aiohttp.ClientError, ConnectionError) as exc:
-        raise _unavailable(exc) from None
-    finally:
-        await _close(stream, waiter)
-    # It has exited; AutoRemove may not have run if it exited while no worker was watching.
-    await force_remove(container)
-    return result
+            await asyncio.wait_for(container.delete(force=True), 10)
+        except DockerError as exc:
+            if is_unreachable(exc):
+                raise _unavailable(exc) from None
+            if exc.status != 404:  # already gone is done; anything else the next boot's reaper retries
+                get_logger().warning("container_remove_failed", job=job_id, status=exc.status)
+        except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+            raise _unavailable(exc) from None

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
 
 import aiodocker
-from aiodocker.exceptions import DockerError
 from redis.exceptions import RedisError
+from redis.typing import KeyT, StreamIdT
 
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.forges import create_http, load_forge_config
@@ -25,17 +24,17 @@ from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Fields, decode_fields
+from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import capability_tokens
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
-from pidispatch.worker.container import LABEL_HOST, LABEL_JOB
 from pidispatch.worker.context import Context, Held
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.lifecycle import Hold, process
 from pidispatch.worker.mirror import Mirror
-from pidispatch.worker.runner import DockerUnavailable, force_remove
+from pidispatch.worker.reaper import reap_strays
+from pidispatch.worker.runner import DockerUnavailable
 from pidispatch.worker.upkeep import SlotKey, Upkeep
 from pidispatch.worker.workspace import ensure_jobs_dir
 
@@ -182,10 +181,10 @@ class Worker:
                 break
             entries += await read_group(self.redis, WORKER_GROUP, self.consumer, {stream: ">"}, count=room)
         if not entries:
-            await self._wait_for_new(dict(zip(self.streams, tips, strict=True)))
+            await self._wait_for_new({s: tip for s, tip in zip(self.streams, tips, strict=True)})
         return entries
 
-    async def _wait_for_new(self, tips: dict[str, bytes]) -> None:
+    async def _wait_for_new(self, tips: dict[KeyT, StreamIdT]) -> None:
         read = asyncio.ensure_future(self.redis.xread(tips, count=1, block=READ_BLOCK_MS))
         stopping = asyncio.ensure_future(self.stop.wait())
         try:
@@ -226,37 +225,10 @@ class Worker:
             return False
         self.docker_ok = True
         if not self.reaped:
-            self.reaped = await self._reap_strays()
+            self.reaped = await reap_strays(self.ctx, self.streams)
         if self.docker_health.down:
             self.pending_due = time.monotonic()  # jobs that waited for Docker go first
         self.docker_health.ok()
-        return True
-
-    async def _reap_strays(self) -> bool:
-        """Boot reaper: remove containers labelled for this host that no pending entry of ours owns
-        (left by a crash after the record and ack, or by a job recorded worker-lost). Runs before any
-        job starts; containers of our pending jobs are left for re-attach. True once done."""
-        try:
-            owned: set[str | None] = set()
-            for stream in self.streams:
-                rows = await self.redis.xpending_range(
-                    stream, WORKER_GROUP, min="-", max="+", count=10_000, consumername=self.consumer
-                )
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for row in rows:
-                        pipe.xrange(stream, min=row["message_id"], max=row["message_id"], count=1)
-                    found = await pipe.execute()
-                owned |= {decode_fields(hit[0][1]).get("id") for hit in found if hit}
-            mine = json.dumps({"label": [f"{LABEL_HOST}={self.consumer}"]})
-            containers = await self.docker.containers.list(all="1", filters=mine)
-        except (RedisError, DockerError, OSError) as exc:
-            self.log.warning("reaper_skipped", error=type(exc).__name__)
-            return False
-        for container in containers:
-            job_id = (container._container.get("Labels") or {}).get(LABEL_JOB)
-            if job_id not in owned:
-                await force_remove(container)
-                self.log.warning("stray_container_removed", job=job_id)
         return True
 
     def _free(self) -> int:

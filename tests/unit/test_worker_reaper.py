@@ -1,0 +1,35 @@
+"""The boot reaper's decision (pure): it removes only containers nothing will record or remove, never
+an exited one whose outcome is not recorded yet."""
+
+from __future__ import annotations
+
+import pytest
+
+from pidispatch.worker.reaper import should_remove
+
+
+@pytest.mark.parametrize(
+    ("owned", "container", "state", "recorded", "remove"),
+    [
+        # This host's pending job: its next pass re-attaches, records, then removes.
+        (True, "exited", {"state": "completed", "attempt": "1"}, 1, False),
+        (True, "running", {"state": "running", "attempt": "1"}, None, False),
+        # Never started: nothing ran.
+        (False, "created", {"state": "launching", "attempt": "1"}, None, True),
+        # Recorded: terminal, or this attempt recorded while its retry waits in pd:delayed.
+        (False, "exited", {"state": "failed", "attempt": "2"}, 2, True),
+        (False, "exited", {"state": "running", "attempt": "1"}, 1, True),
+        # Held by another host (taken over) and not recorded: its exit code is all there is.
+        (False, "exited", {"state": "running", "attempt": "1", "host": "peer"}, None, False),
+        (False, "exited", {"state": "running", "attempt": "2"}, 1, False),  # only an older attempt recorded
+        # No job owns it any more.
+        (False, "exited", {}, None, True),
+    ],
+)
+def test_reaper_removes_only_what_is_recorded_or_owned_by_nothing(
+    owned: bool, container: str, state: dict[str, str], recorded: int | None, remove: bool
+) -> None:
+    verdict = should_remove(
+        owned=owned, container_state=container, job_state=state, recorded_attempt=recorded
+    )
+    assert verdict is remove
