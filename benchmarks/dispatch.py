@@ -3,10 +3,13 @@
 Starts a private redis-server, builds a tiny job image (the test agent: prints an exit line, exits 0) and
 runs the real worker in this process (``run_worker``), the way ``pi-dispatch worker`` runs it. In the same
 run it measures the floor: bare aiodocker create → wait → start of the same image with the same container
-config (``to_docker_config`` of an equal spec), no Redis, no records.
+config (``to_docker_config`` of an equal spec), no Redis, no records. With ``--kind github`` (forge jobs on
+dev's stand-in GitHub) the floor is what a hand-written job does: ``git clone --depth 1`` of the
+repository, then the same create → start; the worker side mints, reads the tip and the protection from the
+API and fetches exactly that commit.
 
 (a) Start latency, one job at a time, worker and bare samples interleaved so drift favours neither:
-    worker = XADD → the container's ``start`` event; bare = the create call → the ``start`` event.
+    worker = XADD → the container's ``start`` event; bare = the create call (or the clone) → ``start``.
 (b) Throughput: N trivial jobs at concurrency 3, end to end (enqueue all → every run record written),
     beside the bare loop running the same number of containers 3 at a time; rounds alternate the order.
 Targets: start overhead (p50 worker - p50 bare) ≤ 50 ms; throughput ≥ 0.9 of the bare figure.
@@ -38,6 +41,7 @@ from typing import Any
 
 import aiodocker
 import aiohttp
+import yarl
 
 from pidispatch.common.demoforge import REPO as DEMO_REPO
 from pidispatch.common.demoforge import DemoForge, start_demo_forge
@@ -276,22 +280,25 @@ async def worker_throughput(
 
 @dataclass
 class Bare:
-    """create → wait → start of the worker's container config; the wait is registered before the start
-    because AutoRemove may delete the container the instant it exits (runner.py does the same)."""
+    """create → wait → start of the worker's container config, then remove it, as a script would.
+
+    With ``clone_url`` (``--kind github``) each run first does what a hand-written job would:
+    ``git clone --depth 1`` of the repository into a fresh folder, which becomes the workspace.
+    """
 
     docker: aiodocker.Docker
     job_dir: str
     settings: Settings
     host: str
+    clone_url: str | None = None
     count: int = field(default=0)
 
-    def config(self, job_id: str, name: str) -> dict[str, Any]:
+    def config(self, job_id: str, name: str, workspace: str) -> dict[str, Any]:
         mem = self.settings.job_memory_bytes
         spec = ContainerSpec(
             image=self.settings.job_image, name=name,
             env={"PI_JOB_ID": name, "PI_FLOW": "triage", "PI_OFFLINE": "1", "HOME": CONTAINER_HOME},
-            mounts=(Mount(self.job_dir, JOB_MOUNT, True),
-                    Mount(os.path.join(self.job_dir, "workspace"), WORKSPACE_MOUNT, False)),
+            mounts=(Mount(self.job_dir, JOB_MOUNT, True), Mount(workspace, WORKSPACE_MOUNT, False)),
             memory_bytes=mem, nano_cpus=self.settings.job_nano_cpus, shm_size=min(SHM_CAP_BYTES, mem // 2),
             user=self.settings.job_user, labels={LABEL_JOB: job_id, LABEL_HOST: self.host},
         )
@@ -302,17 +309,28 @@ class Bare:
         self.count += 1
         job_id = f"bare-{self.host}-{self.count}"
         name = f"pi-{job_id}"
-        config = self.config(job_id, name)
+        workspace = os.path.join(self.job_dir, "workspace")
         t0 = time.time_ns()
-        container = await self.docker.containers.create(config, name=name)
+        if self.clone_url is not None:
+            workspace = os.path.join(self.job_dir, f"clone-{self.count}")
+            git = await asyncio.create_subprocess_exec(
+                "git", "clone", "-q", "--depth", "1", self.clone_url, workspace,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )
+            if await git.wait() != 0:
+                raise Broken("the bare git clone failed")
+        container = await self.docker.containers.create(self.config(job_id, name, workspace), name=name)
         waiter = await self.docker._do_query(
-            f"containers/{container.id}/wait", "POST", params={"condition": "removed"}, timeout=LONG_REQUEST
+            f"containers/{container.id}/wait", "POST", params={"condition": "not-running"},
+            timeout=LONG_REQUEST,
         )
         try:
             await container.start()
             data = await waiter.json(content_type=None)
         finally:
             waiter.release()
+            with contextlib.suppress(aiodocker.DockerError):  # already gone where AutoRemove is set
+                await container.delete(force=True)
         if data.get("StatusCode") != 0:
             raise Broken(f"a bare container exited {data.get('StatusCode')}")
         return job_id, t0
@@ -344,7 +362,7 @@ class Measured:
 
 
 async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, keys: Keys,
-                  run: str) -> Measured:
+                  run: str, bare_clone_url: str | None) -> Measured:
     m = Measured()
     m.foreign.append(await foreign_cores())
     await asyncio.to_thread(ensure_jobs_dir, settings.jobs_dir)
@@ -354,7 +372,8 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
     try:
         # The bare runs share one job folder prepared like the worker's (with a workspace/ inside).
         shaped = bench_job(run, 0, "github", root)
-        bare = Bare(bare_docker, await prepare_workspace(shaped, settings), settings, f"bench-bare-{run}")
+        bare = Bare(bare_docker, await prepare_workspace(shaped, settings), settings, f"bench-bare-{run}",
+                    clone_url=bare_clone_url)
         async with ContainerEvents() as events, running_worker(settings, redis, keys) as worker:
             # Warm-up: the first create after an image import pays for the daemon's first look at it.
             await worker_latency(redis, keys, settings, events, worker, warm)
@@ -427,10 +446,15 @@ async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
                 raise Broken("redis-server did not come up")
             await asyncio.sleep(0.05)
         await build_image(tag, TEST_AGENT_SCRIPT)
+        bare_clone_url = None
         if args.kind == "github":
             forge, forge_env = await start_demo_forge(tmp)
             WORKER_ENV.update(forge_env)
-        return await measure(args, settings, redis, Keys(settings.key_prefix), run)
+            # The hand-written baseline: the token in the URL, as a quick script would have it.
+            base = yarl.URL(forge_env["GITHUB_API_URL"])
+            bare_clone_url = str(base.with_user("x-access-token").with_password(forge_env["GITHUB_PAT"])
+                                 .with_path(f"/git/{DEMO_REPO}.git"))
+        return await measure(args, settings, redis, Keys(settings.key_prefix), run, bare_clone_url)
     finally:
         if forge is not None:
             await forge.close()
@@ -452,7 +476,9 @@ def report(args: argparse.Namespace, m: Measured) -> bool:
     create = {side: [c for c, _ in rows] for side, rows in m.samples.items()}
     start = {side: [s for _, s in rows] for side, rows in m.samples.items()}
     print(f"\nstart latency (ms)   {'p50':>8}{'p95':>8}  {'to create':>9}")
-    for side, first in (("worker", "XADD"), ("bare", "create call")):
+    cloned = args.kind == "github"
+    bare_first = "git clone --depth 1 + create call" if cloned else "create call"
+    for side, first in (("worker", "XADD"), ("bare", bare_first)):
         print(f"  {side + (' aiodocker' if side == 'bare' else ''):<19}{percentile(start[side], 50):8.1f}"
               f"{percentile(start[side], 95):8.1f}  {percentile(create[side], 50):9.1f}"
               f"   {first} -> container start event (p50 to its create event)")

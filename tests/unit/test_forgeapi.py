@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -246,6 +247,51 @@ async def test_refused_credentials_are_a_config_error_without_the_token(case: Ca
 async def test_a_wrong_token_is_refused_by_the_forge_itself(case: Case) -> None:
     with pytest.raises(ConfigError, match="HTTP 401"):
         await case.api().tip("wrong-token")
+
+
+# --- the tip of a protected branch, the two lookups together -----------------------------------------
+
+
+async def test_protected_tip_is_the_tip_of_a_protected_branch_and_none_for_an_unprotected_one(
+    case: Case,
+) -> None:
+    case.repo(default_branch="trunk", sha=NEW_SHA)
+    assert await case.api().protected_tip(case.token) == Tip("trunk", NEW_SHA, case.default_clone_url())
+    case.repo(protected=False)
+    assert await case.api().protected_tip(case.token) is None
+
+
+async def test_the_branch_and_protection_lookups_run_together(case: Case) -> None:
+    """The commit is not read until the protection lookup is under way: one round trip, not two."""
+    api: Any = case.api()
+    protection_asked = asyncio.Event()
+    read_sha, read_protected = api.sha, api.protected
+
+    async def sha(token: str, branch: str) -> str:
+        await asyncio.wait_for(protection_asked.wait(), 5)
+        return str(await read_sha(token, branch))
+
+    async def protected(token: str, branch: str) -> bool:
+        protection_asked.set()
+        return bool(await read_protected(token, branch))
+
+    api.sha, api.protected = sha, protected
+    assert await api.protected_tip(case.token) == Tip("main", TIP_SHA, case.default_clone_url())
+
+
+async def test_protected_tip_reports_the_branch_lookup_failure_first(case: Case) -> None:
+    case.fake.answer(case.routes["branch"], 503)
+    case.fake.answer(case.routes["protection"], 401)
+    with pytest.raises(InfraFault) as fault:
+        await case.api().protected_tip(case.token)
+    assert fault.value.reason == UNAVAILABLE
+
+
+async def test_protected_tip_reports_a_protection_lookup_failure(case: Case) -> None:
+    case.fake.answer(case.routes["protection"], 429)
+    with pytest.raises(InfraFault) as fault:
+        await case.api().protected_tip(case.token)
+    assert fault.value.reason == RATE_LIMITED
 
 
 # --- protection (spec worker §1.3 row 14) ----------------------------------------------------------------

@@ -11,6 +11,7 @@ No message here ever holds a token, a URL path, a repository name or a body.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -58,6 +59,8 @@ class ForgeApi(Protocol):
     async def mint(self) -> str: ...
 
     async def tip(self, token: str) -> Tip: ...
+
+    async def protected_tip(self, token: str) -> Tip | None: ...
 
     async def protected(self, token: str, branch: str) -> bool: ...
 
@@ -114,18 +117,50 @@ class _Client:
     async def exists(self, url: str | yarl.URL, token: str, what: str) -> bool:
         return await self.request("GET", url, token, what, absent_ok=True) is not None
 
-    async def read_tip(
-        self, token: str, repo_url: str, *, clone_key: str, branches: str, sha_key: str
-    ) -> Tip:
-        """GitHub, GitLab and Forgejo alike: the repository names its default branch and the branch
-        names its commit."""
+    async def head(self, token: str) -> tuple[str, str]:
+        """The default branch's name and the clone URL, from the repository lookup."""
+        raise NotImplementedError
+
+    async def sha(self, token: str, branch: str) -> str:
+        """The commit the branch names now, from the branch lookup."""
+        raise NotImplementedError
+
+    async def protected(self, token: str, branch: str) -> bool:
+        raise NotImplementedError
+
+    async def tip(self, token: str) -> Tip:
+        branch, clone_url = await self.head(token)
+        return Tip(branch, await self.sha(token, branch), clone_url)
+
+    async def protected_tip(self, token: str) -> Tip | None:
+        """The tip when the default branch is protected, else None. The branch and the protection
+        lookups need only the branch's name, so they go out together: one round trip less per job."""
+        branch, clone_url = await self.head(token)
+        sha_task = asyncio.ensure_future(self.sha(token, branch))
+        protected_task = asyncio.ensure_future(self.protected(token, branch))
+        try:
+            sha = await sha_task  # its failure wins, as when the lookups ran one after the other
+            if not await protected_task:
+                return None
+        finally:
+            for task in (sha_task, protected_task):
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # only the first failure is reported; the other is retrieved
+        return Tip(branch, sha, clone_url)
+
+    async def branch_of(self, repo_url: str | yarl.URL, token: str, clone_key: str) -> tuple[str, str]:
+        """GitHub, GitLab and Forgejo alike: the repository names its default branch."""
         repo = await self.get_object(repo_url, token, "the repository lookup")
         branch = default_branch_of(repo.get("default_branch"), self.forge)
-        clone_url = check_clone_url(repo.get(clone_key), self.api_base, self.forge)
-        found = await self.get_object(f"{repo_url}/{branches}/{seg(branch)}", token, "the branch lookup")
-        return Tip(branch, check_sha(dig(found, "commit", sha_key)), clone_url)
+        return branch, check_clone_url(repo.get(clone_key), self.api_base, self.forge)
 
-    def pat(self, secret: Secret | None, variable: str) -> str:
+    async def commit_of(self, branch_url: str, token: str, sha_key: str) -> str:
+        found = await self.get_object(branch_url, token, "the branch lookup")
+        return check_sha(dig(found, "commit", sha_key))
+
+    def pat(self, secret: Secret[str] | None, variable: str) -> str:
         value = secret.reveal().strip() if secret is not None else ""
         if not value:
             raise ConfigError(f"a {self.forge} job needs {variable}; it is unset or blank")
@@ -157,9 +192,11 @@ class GithubApi(_Client):
             limited = exc.reason in ("status-429", "status-403")
             raise InfraFault(RATE_LIMITED if limited else UNAVAILABLE) from None
 
-    async def tip(self, token: str) -> Tip:
-        return await self.read_tip(token, self.repo_url, clone_key="clone_url", branches="branches",
-                                   sha_key="sha")
+    async def head(self, token: str) -> tuple[str, str]:
+        return await self.branch_of(self.repo_url, token, "clone_url")
+
+    async def sha(self, token: str, branch: str) -> str:
+        return await self.commit_of(f"{self.repo_url}/branches/{seg(branch)}", token, "sha")
 
     async def protected(self, token: str, branch: str) -> bool:
         url = f"{self.repo_url}/branches/{seg(check_branch(branch, self.forge))}/protection"
@@ -196,9 +233,11 @@ class GitlabApi(_Client):
     async def mint(self) -> str:
         return self.pat(self.token, "GITLAB_TOKEN")
 
-    async def tip(self, token: str) -> Tip:
-        return await self.read_tip(token, self.project_url, clone_key="http_url_to_repo",
-                                   branches="repository/branches", sha_key="id")
+    async def head(self, token: str) -> tuple[str, str]:
+        return await self.branch_of(self.project_url, token, "http_url_to_repo")
+
+    async def sha(self, token: str, branch: str) -> str:
+        return await self.commit_of(f"{self.project_url}/repository/branches/{seg(branch)}", token, "id")
 
     async def protected(self, token: str, branch: str) -> bool:
         url = f"{self.project_url}/protected_branches/{seg(check_branch(branch, self.forge))}"
@@ -234,9 +273,11 @@ class ForgejoApi(_Client):
         self.api_base  # noqa: B018 -- refuses a token without the instance it belongs to
         return self.pat(self.token, "FORGEJO_TOKEN")
 
-    async def tip(self, token: str) -> Tip:
-        return await self.read_tip(token, self.repo_url, clone_key="clone_url", branches="branches",
-                                   sha_key="id")
+    async def head(self, token: str) -> tuple[str, str]:
+        return await self.branch_of(self.repo_url, token, "clone_url")
+
+    async def sha(self, token: str, branch: str) -> str:
+        return await self.commit_of(f"{self.repo_url}/branches/{seg(branch)}", token, "id")
 
     async def protected(self, token: str, branch: str) -> bool:
         url = f"{self.repo_url}/branch_protections/{seg(check_branch(branch, self.forge))}"
@@ -309,14 +350,16 @@ class AzureApi(_Client):
         self._repository_id = rid
         return repo
 
-    async def tip(self, token: str) -> Tip:
+    async def head(self, token: str) -> tuple[str, str]:
         repo = await self._repo(token)
         ref = repo.get("defaultBranch")
         if isinstance(ref, str) and not ref.startswith("refs/heads/"):
             raise ConfigError("the azure repository's default branch is not a branch (refs/heads/...)")
         name = ref.removeprefix("refs/heads/") if isinstance(ref, str) else ref
         branch = default_branch_of(name, self.forge)
-        clone_url = check_clone_url(strip_username(repo.get("remoteUrl")), self.api_base, self.forge)
+        return branch, check_clone_url(strip_username(repo.get("remoteUrl")), self.api_base, self.forge)
+
+    async def sha(self, token: str, branch: str) -> str:
         refs = await self.get_object(self.url(f"{self.repo_url}/refs", filter=f"heads/{branch}"), token,
                                      "the branch lookup")
         values = refs.get("value")
@@ -326,7 +369,7 @@ class AzureApi(_Client):
         exact = [v for v in values if isinstance(v, dict) and v.get("name") == f"refs/heads/{branch}"]
         if not exact:
             raise ConfigError("the azure repository's default branch does not exist; nothing to run on")
-        return Tip(branch, check_sha(exact[0].get("objectId")), clone_url)
+        return check_sha(exact[0].get("objectId"))
 
     async def protected(self, token: str, branch: str) -> bool:
         """Azure has no protection object: a branch is protected when an enabled blocking policy applies."""

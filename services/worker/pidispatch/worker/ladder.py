@@ -137,8 +137,8 @@ async def _forge_gates(ctx: Context, job: Job) -> tuple[str, Tip] | Refusal:
             raise ConfigError("no HTTP client for forge calls")
         api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
         token = await api.mint()
-        tip = await api.tip(token)
-        if not await api.protected(token, tip.default_branch):
+        tip = await api.protected_tip(token)
+        if tip is None:
             return Refusal("unprotected-branch")
     except ConfigError:
         # The config classifier (spec §1.3): the message may name paths or variables, so it stays out.
