@@ -66,14 +66,14 @@ async def test_record_and_index_live_one_window(redis: Redis, keys: Keys, retent
     record = rec("gh-a:1", T0)
     await put(redis, keys, record, retention=retention)
     window = days * DAY_MS
-    for key in (keys.run_rec("gh-a_1"), keys.runs_index):  # member and key use the sanitised id
+    for key in (keys.run_rec("gh-a_3a1"), keys.runs_index):  # member and key use the file name
         ttl = await redis.pttl(key)
         assert window - MINUTE < ttl <= window
     # The exact record JSON: the file's bytes without the newline, and it decodes to the same record.
-    body = await redis.get(keys.run_rec("gh-a_1"))
+    body = await redis.get(keys.run_rec("gh-a_3a1"))
     assert body == encode_record(record).rstrip(b"\n")
     assert msgspec.json.decode(body, type=RunRecord) == record
-    assert await redis.zscore(keys.runs_index, "gh-a_1") == T0  # endedAt
+    assert await redis.zscore(keys.runs_index, "gh-a_3a1") == T0  # endedAt
 
 
 async def test_score_falls_back_to_started_at_then_now(redis: Redis, keys: Keys) -> None:
@@ -94,6 +94,12 @@ async def test_index_keeps_the_newest_5000(redis: Redis, keys: Keys) -> None:
     assert gone == [None, None, None]
     assert await redis.zscore(keys.runs_index, "old-3") is not None
     assert await redis.zscore(keys.runs_index, "gh-new") is not None
+
+
+async def test_two_ids_that_sanitise_alike_keep_two_mirror_entries(redis: Redis, keys: Keys) -> None:
+    await put(redis, keys, rec("gh-a:b", T0), retention=30)
+    await put(redis, keys, rec("gh-a_b", T0 + 1), retention=30)
+    assert await redis.zcard(keys.runs_index) == 2
 
 
 async def test_writer_drops_members_older_than_the_window(redis: Redis, keys: Keys) -> None:

@@ -18,9 +18,10 @@ import msgspec
 
 from pidispatch.common.health import Health
 from pidispatch.common.keys import DAY_S, MIRROR_MAX_DAYS, REDIS_OP_TIMEOUT_S, RUNS_INDEX_MAX, Keys
-from pidispatch.common.models import RunRecord, sanitize_job_id
+from pidispatch.common.models import RunRecord
 from pidispatch.common.redis import Redis
 from pidispatch.worker.history import encode_record
+from pidispatch.worker.jobname import job_file_name
 
 DAY_MS = DAY_S * 1000
 
@@ -95,7 +96,7 @@ async def mirror_record(
     Failures go to ``health`` (pass one ``Health`` per worker so an outage logs once, not once per job).
     """
     health = health or Health("run_mirror_failed", "run_mirror_restored")
-    member = sanitize_job_id(record.job_id)
+    member = job_file_name(record.job_id)  # injective, as the record's file name: no two jobs share one
     window = mirror_window_ms(retention_days)
     score = record_time_ms(record)
     try:
