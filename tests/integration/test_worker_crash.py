@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
+import pytest
 
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job, decode_fields
@@ -183,3 +184,31 @@ async def test_redis_restarted_with_its_append_only_file_loses_and_doubles_no_jo
     assert sorted(e["job"] for e in worker.logged("job_finished")) == sorted(j.id for j in jobs)
     assert all((read_record(env, j) or {}).get("outcome") == "completed" for j in jobs)
     assert pending["pending"] == 0 and states == ["completed"] * 6
+
+
+@pytest.mark.parametrize("point", ["worker_after_launching", "worker_after_create"])
+async def test_worker_killed_between_launching_and_the_start_runs_the_job_once_on_restart(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path, point: str
+) -> None:
+    # Found by the chaos suite: the state said "launching", no container had started, and the restarted
+    # worker recorded worker-lost for a job that never ran.
+    job = issue_job("exit=0")
+    dead = ServiceProcess("worker", {**env, "PD_FAULT_INJECT": point}, tmp_path / "dead.log")
+    again = ServiceProcess("worker", env, tmp_path / "again.log")
+    try:
+        dead.start()
+        await enqueue(redis, keys, job)
+        await wait_for(lambda: dead.proc is not None and dead.proc.poll() is not None, 60, what="the crash")
+        assert (await job_state(redis, keys, job))["state"] == "launching"
+        again.start()
+        await wait_for(lambda: again.logged("job_finished"), 60, what="the restarted worker to run it")
+        assert again.stop() == 0
+    finally:
+        dead.stop()
+        again.stop()
+    assert again.logged("job_never_started")
+    assert [e["job"] for e in again.logged("job_started")] == [job.id]
+    assert not dead.logged("job_started")
+    rec = read_record(env, job)
+    assert rec is not None and (rec["outcome"], rec["attempt"]) == ("completed", 1)
+    assert await job_containers(docker, job) == []

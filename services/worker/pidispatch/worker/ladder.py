@@ -188,6 +188,7 @@ async def _spend(
 
     crash_point("worker_before_launch")
     await set_state(ctx, job.id, state="launching")
+    crash_point("worker_after_launching")
     try:
         result = await run_container(
             ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started,

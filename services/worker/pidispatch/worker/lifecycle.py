@@ -81,6 +81,7 @@ class Prior:
     started_ms: int | None
     final: bool = False  # the state hash says terminal: only the ack can be missing
     host: str | None = None  # the host that ran this attempt (its containers carry its label)
+    confirmed: bool = False  # the start itself was seen (state running, a container id stored)
 
 
 async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
@@ -91,12 +92,13 @@ async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
     launched = state.get("state") in ("launching", "running") or bool(state.get("container"))
     started_ms = int(started) if started.isdigit() else None
     host = state.get("host") or None
+    confirmed = state.get("state") == "running" or bool(state.get("container"))
     if state.get("state") in TERMINAL_STATES:
-        return Prior(state["state"], state.get("reason") or None, launched, started_ms, True, host)
+        return Prior(state["state"], state.get("reason") or None, launched, started_ms, True, host, confirmed)
     record = await read_record(ctx.settings.logs_dir, job.id)
     if record is not None and record.attempt == attempt:
-        return Prior(record.outcome, record.reason, launched, started_ms, host=host)
-    return Prior(None, None, launched, started_ms, host=host)
+        return Prior(record.outcome, record.reason, launched, started_ms, host=host, confirmed=confirmed)
+    return Prior(None, None, launched, started_ms, host=host, confirmed=confirmed)
 
 
 async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> bool:
@@ -120,6 +122,12 @@ async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> b
         done = await _reattach(ctx, held, job, leftover.container_id, leftover.job_dir)
         await _conclude(ctx, held, job, attempt, started_ms, done, owner=owner)
         return True
+    if prior.launched and not prior.confirmed and held.origin != "peer":
+        # Died between "launching" and a confirmed start, and no container of ours exists: containers
+        # are kept until recorded, so none started and nothing was spent. Run it (the slot reserved
+        # then stays counted: one slot too many, never one too few).
+        log.info("job_never_started", job=job.id)
+        return False
     if prior.launched:
         # It started a container that is gone with its exit code: never pay for it twice.
         if held.origin == "peer":

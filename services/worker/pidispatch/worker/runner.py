@@ -22,6 +22,7 @@ from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 
 from pidispatch.common.errors import InfraError
+from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
 from pidispatch.worker.container import JOB_MOUNT, LABEL_HOST, LABEL_JOB, ContainerSpec, to_docker_config
 from pidispatch.worker.exitline import TAIL_BYTES, Tail
@@ -278,6 +279,7 @@ async def run_container(
         if is_unreachable(exc):
             raise _unavailable(exc) from None
         return _never_started(exc, None)
+    crash_point("worker_after_create")
     try:
         await container.start()
     except DockerError as exc:
