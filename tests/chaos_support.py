@@ -54,7 +54,7 @@ from redis.exceptions import RedisError
 
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
-from pidispatch.common.models import decode_fields, sanitize_job_id, text
+from pidispatch.common.models import decode_fields, text
 from pidispatch.common.redis import Redis, create_redis
 from tests.fakeforge import FakeForge, github_forge, set_repo
 from tests.gitserver import git_server
@@ -767,13 +767,13 @@ class RecordWatcher:
             if not isinstance(rec, dict):
                 continue
             job = str(rec.get("jobId"))
-            self._final[sanitize_job_id(job)] = rec
+            self._final[job] = rec  # keyed by the jobId the record names
             if rec.get("outcome") == "completed":
                 self._completed[job].add((rec.get("attempt"), rec.get("startedAt"), rec.get("endedAt"),
                                           rec.get("host")))
 
     def final(self, job: str) -> dict[str, Any] | None:
-        return self._final.get(sanitize_job_id(job))
+        return self._final.get(job)
 
     def completions(self, job: str) -> int:
         return len(self._completed.get(job, ()))
