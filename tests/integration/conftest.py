@@ -1,15 +1,26 @@
-"""Fixtures of the integration tests that run real job containers."""
+"""Fixtures of the integration tests: real job containers, and a Redis a test may kill and restart."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import aiodocker
 import pytest
 
 from tests.conftest import GithubStandIn
+from tests.helpers import RedisProcess
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    """A redis-server of the test's own, with its append-only file: one it may kill and restart."""
+    server = RedisProcess(tmp_path / "own-redis", persist=True)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

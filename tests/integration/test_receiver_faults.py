@@ -11,7 +11,7 @@ import asyncio
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +72,6 @@ def _kill_and_restart(server: RedisProcess, down_s: float = 0.0) -> None:
     server.stop(signal.SIGKILL)
     time.sleep(down_s)
     server.start()
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(tmp_path / "own-redis", persist=True)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

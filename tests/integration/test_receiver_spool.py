@@ -10,7 +10,6 @@ import asyncio
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -27,14 +26,6 @@ from tests.receiver_support import metric
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 DELIVERIES = 200
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(tmp_path / "own-redis", persist=True)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _receiver(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +25,7 @@ from pidispatch.worker.control import cancel_job
 from pidispatch.worker.image import CAPABILITIES_LABEL, FORGES_LABEL, TEST_AGENT_SCRIPT, build_image
 from pidispatch.worker.local import local_job_id
 from tests.helpers import wait_for
-from tests.worker_support import enqueue, issue_job, record, running_worker
+from tests.worker_support import enqueue, git_repo, issue_job, record, running_worker
 
 
 def today_budget(keys: Keys) -> str:
@@ -180,17 +179,6 @@ async def test_cancel_stops_a_running_job_and_records_operator_cancel(
     assert (rec["outcome"], rec["reason"], rec["attempt"]) == ("policy", "operator-cancel", 1)
     assert await job_containers(docker, job) == []
     assert await redis.get(keys.cancel(job.id)) is None
-
-
-def git_repo(path: Path, owner: int | None) -> Path:
-    path.mkdir()
-    (path / "README").write_text("hello\n")
-    ident = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    for argv in (["init", "-q"], ["add", "README"], [*ident, "commit", "-qm", "init"]):
-        subprocess.run(["git", "-C", str(path), *argv], check=True, capture_output=True)
-    if owner is not None:
-        subprocess.run(["chown", "-R", f"{owner}:{owner}", str(path)], check=True)
-    return path
 
 
 def local_job(folder: Path, steer: str, minute_ms: int) -> Job:
