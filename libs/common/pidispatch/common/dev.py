@@ -291,11 +291,18 @@ def signed_curl(url: str, secret: str, body: bytes, delivery: str) -> str:
     ])
 
 
+def _cli_path() -> str:
+    """The command as a new shell can run it: the venv's script by its path (a new shell has no venv)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "pi-dispatch")
+    return shlex.quote(beside) if os.access(beside, os.X_OK) else "pi-dispatch"
+
+
 def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) -> None:
     url = f"http://127.0.0.1:{port}/github"
     curl = signed_curl(url, env["WEBHOOK_SECRET"], demo_delivery(), str(uuid.uuid4()))
     rc = f"{find_redis_cli() or 'redis-cli'} -u {env['REDIS_URL']}"
     cli_env = [f"{name}={env[name]}" for name in ("REDIS_URL", "PI_TRIGGERS_FILE") if env.get(name)]
+    cli = _cli_path()
     print(
         "\n"
         "pi-dispatch dev is running. Ctrl-C stops everything.\n"
@@ -306,14 +313,14 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
         "\nFire the sample rule (a GitHub 'issues labeled pi:demo' delivery, signed):\n\n"
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
-        "with flow 'demo' once per 10 minutes. `pi-dispatch demo-curl` prints a fresh delivery.\n"
+        f"with flow 'demo' once per 10 minutes. `{cli} demo-curl` prints a fresh delivery.\n"
         "Watch it:\n"
         f"  {rc} XRANGE {prefix}:events - +\n"
         f"  {rc} XRANGE {prefix}:jobs - +\n"
         f"  {rc} XINFO GROUPS {prefix}:jobs\n"
         "Ask why a delivery did or did not fire (from another terminal, in this folder):\n"
         f"  {shlex.join(['export', *cli_env])}\n"
-        "  pi-dispatch events; pi-dispatch explain <delivery>\n",
+        f"  {cli} events; {cli} explain <delivery>\n",
         flush=True,
     )
 
