@@ -301,7 +301,9 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
     url = f"http://127.0.0.1:{port}/github"
     curl = signed_curl(url, env["WEBHOOK_SECRET"], demo_delivery(), str(uuid.uuid4()))
     rc = f"{find_redis_cli() or 'redis-cli'} -u {env['REDIS_URL']}"
-    cli_env = [f"{name}={env[name]}" for name in ("REDIS_URL", "PI_TRIGGERS_FILE") if env.get(name)]
+    # What the CLI in another terminal needs to see this deployment: its Redis, rules and run records.
+    shared = ("REDIS_URL", "PI_TRIGGERS_FILE", "PI_LOGS_DIR")
+    cli_env = [f"{name}={env[name]}" for name in shared if env.get(name)]
     cli = _cli_path()
     print(
         "\n"
@@ -318,9 +320,9 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
         f"  {rc} XRANGE {prefix}:events - +\n"
         f"  {rc} XRANGE {prefix}:jobs - +\n"
         f"  {rc} XINFO GROUPS {prefix}:jobs\n"
-        "Ask why a delivery did or did not fire (from another terminal, in this folder):\n"
+        "Ask why a delivery did or did not fire, and see the runs (from another terminal):\n"
         f"  {shlex.join(['export', *cli_env])}\n"
-        f"  {cli} events; {cli} explain <delivery>\n",
+        f"  {cli} events; {cli} explain <delivery>; {cli} runs\n",
         flush=True,
     )
 
