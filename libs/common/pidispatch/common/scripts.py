@@ -12,7 +12,7 @@ end
 return false
 """
 
-# Enqueue a job at most once: exact id first (31 days), then the semantic window (spec ingest §5.3).
+# Enqueue a job at most once: exact id first (31 days), then the semantic window.
 # KEYS: jobid key, dedup key, job stream. ARGV: job id, jobid ttl (s), dedup ttl (ms), field/value pairs.
 # Returns {'queued', entry id} | {'duplicate', job id} | {'deduplicated', surviving job id}.
 ENQUEUE = """
