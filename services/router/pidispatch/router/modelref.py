@@ -1,4 +1,4 @@
-"""The model knobs of a ``run`` (spec ingest §3.4): ``provider``, ``model``, ``maxTurns``, ``models`` and
+"""The model knobs of a ``run``: ``provider``, ``model``, ``maxTurns``, ``models`` and
 ``maxCostUsd``. Pure value grammar; ``null`` is absent for all five (a hand-written ``"model": null`` has
 always meant the deployment default). Refusals name the field, never the value.
 """

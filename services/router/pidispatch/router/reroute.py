@@ -1,5 +1,5 @@
 """Jobs routed to a host that died before reading them go to another capable host, or to ``pd:jobs``
-(issue 6 §3a: beyond the original, because a stream hand-off can be one atomic script).
+(one atomic script per move, so a job is never lost or doubled on the way).
 
 A host is dead when its row ``pd:host:<name>`` has expired (90 s without a beat). Only entries its
 worker never read are moved: those are beyond the ``workers`` group's last-delivered id (or the stream
