@@ -12,9 +12,9 @@ from typing import Any
 from pidispatch.common.models import MODEL_RE
 from pidispatch.router.refusal import JS_MAX_SAFE_INTEGER, Entry, integer
 
-# Applied after lower-casing (the original case is what the job runs with: model ids are case-sensitive).
+# Applied after lower-casing (the case as written is what the job runs with: model ids are case-sensitive).
 PROVIDER_RE = re.compile(r"(?=.{1,64}$)[a-z0-9][a-z0-9._-]*", re.ASCII)
-# Checked on the original before lower-casing: lower-casing is not closed over ASCII (the Kelvin sign
+# Checked on the value as written, before lower-casing: lower-casing is not closed over ASCII (the Kelvin sign
 # becomes a plain "k"), so a homoglyph would otherwise pass and name a model nobody listed.
 _PRINTABLE_ASCII_RE = re.compile(r"[\x21-\x7e]+")
 MODELS_MAX = 16
