@@ -25,7 +25,7 @@ from pidispatch.common.keys import DEAD_MAXLEN, JOB_STATE_TTL_S, PROMOTE_BATCH, 
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis
 
-# The first fields of a job stream entry, in this order (DESIGN.md §3), so XRANGE reads like a log.
+# The first fields of a job stream entry, in this order, so XRANGE reads like a log.
 ENTRY_FIELD_ORDER = ("id", "kind", "repo", "attempt", "job")
 # Reason on pd:dead for a member that cannot become a stream entry again (not JSON, wrong shape).
 UNUSABLE_ENVELOPE = "delayed-envelope-unusable"

@@ -1,4 +1,4 @@
-"""Names of variables in a job container's environment that the runtime owns (spec worker §2.4, §6.1).
+"""Names of variables in a job container's environment that the runtime owns.
 
 One table for the router (which refuses a trigger binding one of them as a secret) and the worker (which
 builds the closed allowlist and refuses a forwarded or resolved name that would override it).
@@ -38,7 +38,7 @@ PROVIDER_KEY_VARS: dict[str, tuple[str, ...]] = {
     "deepseek": ("DEEPSEEK_API_KEY",),
 }
 
-# Names the runtime sets itself (spec worker §2.4). A trigger binding one would be overwritten, or would
+# Names the runtime sets itself. A trigger binding one would be overwritten, or would
 # override what the worker set.
 RESERVED_SECRET_NAMES = frozenset({
     *(v for names in FORGE_TOKEN_VARS.values() for v in names), *FORGE_HOST_VARS, *EGRESS_VARS,

@@ -1,6 +1,6 @@
 """Forge configuration: API base URLs, credentials and explicit self ids, read once from the environment.
 
-The router asks forges questions (spec ingest §4.6) and resolves the harness's own identity with what
+The router asks forges whether an actor may trigger work and resolves the harness's own identity with what
 this module loads; the worker will mint job tokens from the same values. Validation is early and whole:
 a bad or half-configured block raises ``ConfigError`` naming the variable and what is accepted (exit 2).
 Secrets are wrapped in ``Secret`` so no ``repr``, log line or traceback ever prints them.
@@ -228,7 +228,7 @@ def _github(env: Mapping[str, str]) -> GithubForge:
 def _gitlab(env: Mapping[str, str]) -> GitlabForge:
     url = _url("GITLAB_URL", _get(env, "GITLAB_URL") or GITLAB_URL_DEFAULT)
     token, self_id = _secret(env, "GITLAB_TOKEN"), _positive_id(env, "GITLAB_SELF_ID")
-    # GITLAB_URL has a default, so it alone does not open the block (spec ingest §1.7).
+    # GITLAB_URL has a default, so it alone does not open the block.
     if self_id is not None and token is None:
         raise ConfigError("GITLAB_SELF_ID is set without GITLAB_TOKEN; accepted: both (the router asks "
                           "GitLab for every delivery's access level), or neither")

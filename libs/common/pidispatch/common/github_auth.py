@@ -1,6 +1,6 @@
 """GitHub tokens for API calls, from the configured source: ``pat``, ``gh`` or ``app``.
 
-Failures come in two classes (spec worker §1.4), because they need different answers: a determinate one
+Failures come in two classes, because they need different answers: a determinate one
 (401, 404, any other 4xx, a missing ``gh``, an empty token) is ``GithubAuthRefused`` -- a ``ConfigError``
 the operator must fix; a transient one (429, 403 with Retry-After or an exhausted rate limit, 5xx, a
 network fault, a timeout) is ``GithubAuthUnavailable`` -- an ``InfraError`` worth retrying. No token, key

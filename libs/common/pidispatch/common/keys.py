@@ -14,7 +14,7 @@ DAY_S = 24 * 3600
 ROUTER_GROUP = "router"
 WORKER_GROUP = "workers"
 
-# Retention of dedup and decision keys (DESIGN.md §3).
+# Retention of dedup and decision keys: a redelivery within 31 days is still recognised.
 SEEN_TTL_S = 31 * DAY_S
 EVENT_DECISION_TTL_S = 7 * DAY_S
 JOBID_TTL_S = 31 * DAY_S
@@ -35,14 +35,14 @@ READ_BLOCK_MS = 1_000
 RETRY_BASE_S = 0.5
 RETRY_CAP_S = 10.0
 
-# Budget windows (spec worker §5.7): a TTL set only when a counter is created, so busy days do not extend
+# Budget windows: a TTL set only when a counter is created, so busy days do not extend
 # themselves.
 BUDGET_DAY_TTL_S = 2 * DAY_S
 BUDGET_WEEK_TTL_S = 9 * DAY_S
 BUDGET_MONTH_TTL_S = 40 * DAY_S
 BUDGET_TOKENS_TTL_S = BUDGET_DAY_TTL_S  # the daily token counter lives as long as a day window
 
-# Routing (spec ingest §6): a host is routed to only with evidence of life, three missed beats (stricter
+# Routing: a host is routed to only with evidence of life, three missed beats (stricter
 # than the 90 s row TTL, because a job routed onto a dead host's stream waits for the rerouter). The
 # router re-reads the registry at most once per 5 s and never waits longer than 1.5 s for it; it looks for
 # a dead host's unread jobs once per beat.
@@ -52,7 +52,7 @@ REGISTRY_READ_TIMEOUT_S = 1.5
 REROUTE_INTERVAL_S = 15.0
 REROUTE_PAGE = 100
 
-# Run-record mirror (spec worker §4.4): never older than the deepest reader asks, never more members.
+# Run-record mirror: never older than the deepest reader asks, never more members.
 MIRROR_MAX_DAYS = 92
 RUNS_INDEX_MAX = 5_000
 
@@ -62,13 +62,13 @@ PROMOTE_BATCH = 100
 # A job that cannot run yet on this worker (its local folder is busy) comes back this much later.
 DEFER_MS = 5_000
 
-# Cancellation (spec worker §5.4): the request lives a minute, the ack five; the CLI waits ten seconds.
+# Cancellation: the request lives a minute, the ack five; the CLI waits ten seconds.
 CANCEL_REQUEST_TTL_MS = 60_000
 CANCEL_ACK_TTL_MS = 300_000
 CANCEL_POLL_S = 0.25
 CANCEL_WAIT_S = 10.0
 
-# --- Receiver edge and spool (issue 11) ---
+# --- Receiver edge and spool ---
 # A client gets this long for its request headers, and an idle keep-alive connection lives this long
 # (GitHub itself gives up on a delivery after 10 s); the body gets as long again once headers are in.
 RECEIVER_HEADER_TIMEOUT_S = 10.0

@@ -1,4 +1,4 @@
-"""Logging: one JSON object per line on stdout, event names as in the spec.
+"""Logging: one JSON object per line on stdout, each named by a fixed snake_case event (``job_crashed``).
 
 Never pass payload text, titles, logins, emails, tokens or host paths as fields.
 """

@@ -1,7 +1,7 @@
 """The values that cross service boundaries: events, jobs and run records.
 
-Stream entries are flat string fields (DESIGN.md §3) so ``XRANGE`` reads like a log; the job itself
-travels as one JSON field. Keys that a rule did not set are absent, never null (spec ingest §5.1).
+Stream entries are flat string fields so ``XRANGE`` reads like a log; the job itself
+travels as one JSON field. Keys that a rule did not set are absent, never null.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def encode_job(job: Job) -> bytes:
 
 
 class RunRecord(msgspec.Struct, kw_only=True, rename="camel"):
-    """One attempt of one job (spec worker §4.1). Built field by field; never a spread of job data."""
+    """One attempt of one job. Built field by field; never a spread of job data."""
 
     job_id: str
     kind: str
@@ -196,7 +196,7 @@ class RunRecord(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 def sanitize_job_id(job_id: str | None) -> str:
-    """The file-name form of a job id (spec worker §4.2)."""
+    """The older, replacing name form: every character outside ``[A-Za-z0-9._-]`` becomes ``_``."""
     if not job_id:
         return "unknown-job"
     return _UNSAFE_ID_CHARS.sub("_", job_id)

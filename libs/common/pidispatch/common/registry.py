@@ -1,5 +1,4 @@
-"""The host registry: what each host can serve, who is alive, and which host stream a job belongs on
-(spec worker §3, spec ingest §6).
+"""The host registry: what each host can serve, who is alive, and which host stream a job belongs on.
 
 Routing is decided at enqueue, never by pick-and-put-back: a job that names a secret profile or a wait
 profile can only run where that profile is declared, and the router is the one place that sees every
@@ -103,8 +102,8 @@ def job_needs(job: Job) -> list[str]:
     """The tokens a job needs: ``s:<secretsProfile>`` and ``w:<profile>`` per wait condition.
 
     A job with ``secrets`` but no ``secretsProfile`` resolves through the worker's ``default`` profile,
-    yet needs nothing here: the original's ``jobNeeds`` reads only ``secretsProfile``, and we keep its
-    decisions (such a job stays on the shared stream and a host without ``default`` refuses it).
+    yet needs nothing here: only an explicit ``secretsProfile`` is a routing need, so such a job stays
+    on the shared stream and a host without ``default`` refuses it before spend.
     """
     needs = {_token(CAP_SECRET, job.secrets_profile)} if job.secrets_profile is not None else set()
     for condition in job.wait_for or ():
@@ -206,7 +205,7 @@ async def read_live_hosts(
 
 
 def fnv1a32(text: str) -> int:
-    """FNV-1a 32-bit over UTF-16 code units, as the original computes it from ``charCodeAt``."""
+    """FNV-1a 32-bit over UTF-16 code units (JavaScript's ``charCodeAt``), not UTF-8 bytes."""
     data = text.encode("utf-16-le", errors="surrogatepass")
     h = _FNV_OFFSET
     for i in range(0, len(data), 2):
@@ -219,7 +218,7 @@ def route_job(
 ) -> str | None:
     """The host whose stream this job belongs on, or None for the shared stream.
 
-    Four abstentions, each landing on the shared stream (spec ingest §6.3): the job needs nothing
+    Four abstentions, each landing on the shared stream: the job needs nothing
     host-specific; every live host can serve it (the shared stream load-balances); no live host can
     (the worker's pre-spend refusal names what to fix); no capable host drains a stream of its own.
     Otherwise FNV-1a of the job id picks among the capable routable hosts: a redelivery lands the same

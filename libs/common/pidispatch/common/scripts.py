@@ -12,7 +12,7 @@ end
 return false
 """
 
-# Enqueue a job at most once: exact id first (31 days), then the semantic window (spec ingest §5.3).
+# Enqueue a job at most once: exact id first (31 days), then the semantic window.
 # KEYS: jobid key, dedup key, job stream. ARGV: job id, jobid ttl (s), dedup ttl (ms), field/value pairs.
 # Returns {'queued', entry id} | {'duplicate', job id} | {'deduplicated', surviving job id}.
 ENQUEUE = """
@@ -36,7 +36,7 @@ return r[#r][1]
 """
 
 # Hand a job this worker holds but cannot serve to another host's stream, at most once per delivery:
-# the copy is appended and the original acked together, and only while the original is still pending
+# the copy is appended and the source entry acked together, and only while that entry is still pending
 # for the group (a peer that took it over meanwhile keeps it).
 # KEYS: source stream, target stream. ARGV: group, entry id, then field/value pairs for the copy.
 # Returns the new entry id, or false when the entry is no longer pending.

@@ -53,26 +53,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     logs_dir: str = "~/.pi-dispatch/logs"
     jobs_dir: str = ""
 
-    # Host liveness (DESIGN.md §4): a beat every 15 s, a row that expires 90 s after the last one; a peer
+    # Host liveness: a beat every 15 s, a row that expires 90 s after the last one; a peer
     # takes over a host's pending jobs only once its row is gone. Tests shorten both.
     host_beat_ms: int = 15_000
     host_ttl_ms: int = 90_000
 
-    # Retries of infrastructure faults (spec worker §5.1): attempts in all, first delay, doubling.
+    # Retries of infrastructure faults (never of policy): attempts in all, first delay, doubling.
     retry_attempts: int = 2
     retry_base_ms: int = 60_000
     log_retention_days: int = 30
     capture_job_logs: bool = False
     sweep_interval_hours: int = 24
 
-    # Spend (spec worker §5.7): job-count windows (None = window off) and the daily token cap.
+    # Spend, checked before a container starts: job-count windows (None = window off) and the daily token cap.
     daily_cap: int = 25
     weekly_cap: int | None = None
     monthly_cap: int | None = None
     soft_hold_pct: int | None = None
     daily_token_cap: int | None = None
 
-    # What the agent runs with (spec worker §2.4).
+    # What the agent runs with (passed to the container as PI_PROVIDER, PI_MODEL, PI_MAX_TURNS).
     provider: str = "anthropic"
     model: str | None = None
     max_turns: int = 30
@@ -80,7 +80,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     allowed_models: tuple[str, ...] = ()
     forward_env: tuple[str, ...] = ()
 
-    # Secret profiles (spec worker §6.1): (name, absolute resolver path) in declaration order.
+    # Secret profiles: (name, absolute resolver path) in declaration order.
     secret_profiles: tuple[tuple[str, str], ...] = ()
     secret_resolve_timeout_s: float = 10.0
 
@@ -110,7 +110,7 @@ def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | 
 
 
 def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
-    """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon (spec worker §6.1)."""
+    """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon."""
     if raw is None:
         return ()
     seen: dict[str, str] = {}
@@ -271,8 +271,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 
 def image_ref_ok(ref: str) -> bool:
-    """The one image-reference rule (spec worker §2.3): nothing that could read as a flag or smuggle
-    control characters."""
+    """The one image-reference rule (``PI_JOB_IMAGE`` and a trigger's image alike): nothing that could read
+    as a flag or smuggle control characters."""
     return bool(ref) and not (
         ref != ref.strip()
         or ref.startswith("-")

@@ -1,6 +1,6 @@
 """The receiver's HTTP edge: routes, the delivery pipeline, health, metrics and the process lifecycle.
 
-Pipeline per delivery (spec ingest §1.3-§1.6, DESIGN §6), the same for every forge: header rows →
+Pipeline per delivery (docs/receiver.md), the same for every forge: header rows →
 bounded body read → credential over the raw bytes → minimal read of the verified body → events the
 router can never act on answer 204 unstored → append once (``ingest``) → 202 accepted / duplicate.
 When Redis cannot take it in time, or while the spool still holds earlier deliveries (arrival order),
@@ -357,7 +357,7 @@ def create_app(
     # Credentials are checked over the bytes on the wire: never let aiohttp inflate a Content-Encoding.
     app = web.Application(handler_args={"auto_decompress": False})
     app[RECEIVER] = receiver
-    # One catch-all route: paths are normalised and routed by the spec's table, not aiohttp's.
+    # One catch-all route: paths are normalised and routed by ``arms.FORGE_PATHS``, not aiohttp's table.
     app.router.add_route("*", "/{tail:.*}", receiver.dispatch)
     if spool is not None:
         metrics.watch_spool(spool)

@@ -1,11 +1,11 @@
-"""Which forges this receiver serves, and how each one reads a delivery (spec ingest §1.1, §1.3-§1.7).
+"""Which forges this receiver serves, and how each one reads a delivery (docs/receiver.md).
 
 An arm turns the pure checks of ``verify`` into three steps the HTTP layer runs in order:
 
 1. ``head``: every row decidable from the method and headers, before a body byte is read;
 2. ``authenticate``: the credential over the raw bytes (index of the secret that matched, or a refusal);
 3. ``classify``: the minimal read of the verified body: stored event name, delivery id, and whether the
-   router could ever act on it (DESIGN §6: the others answer 204 unstored).
+   router could ever act on it (the others answer 204 unstored).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ FORGEJO_EVENTS = frozenset(
         "pull_request_review_comment",
     }
 )
-# GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present (spec §1.5).
+# GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present.
 GITLAB_OBJECT_KINDS = frozenset({"issue", "merge_request", "note"})
 AZURE_EVENT_TYPES = frozenset(
     {
@@ -90,7 +90,7 @@ class Head(NamedTuple):
     event: str | None  # the event header as sent (not yet authenticated: logged only when name-shaped)
     delivery: str | None  # the header delivery id (Azure's is in the body: None here)
     credential: tuple[str | None, ...]  # what this arm's ``authenticate`` checks
-    refusal: Refusal | None  # the first failed row, in the spec's order
+    refusal: Refusal | None  # the first failed check, in the arm's fixed order
 
 
 class Verdict(NamedTuple):
@@ -131,7 +131,7 @@ def _classify_by_header(head: Head, body: bytes, events: frozenset[str]) -> Verd
 
 
 class GitHubArm:
-    """Spec §1.3: ``X-Hub-Signature-256`` HMAC over the raw body, event and delivery from headers."""
+    """GitHub: ``X-Hub-Signature-256`` HMAC over the raw body, event and delivery from headers."""
 
     name = "github"
     path = "/github"
@@ -174,7 +174,7 @@ _FORGEJO_IDS = (
 
 
 class ForgejoArm:
-    """Spec §1.4: GitHub's transport and status rows with Forgejo's own secret and header names."""
+    """Forgejo/Gitea: GitHub's transport and status rows with Forgejo's own secret and header names."""
 
     name = "forgejo"
     path = "/forgejo"
@@ -217,7 +217,7 @@ _GITLAB_TOKEN = istr("X-Gitlab-Token")
 
 
 class GitLabArm:
-    """Spec §1.5: one declared mode, never negotiated from the request; object_kind decides storage."""
+    """GitLab: one declared mode, never negotiated from the request; object_kind decides storage."""
 
     name = "gitlab"
     path = "/gitlab"
@@ -261,7 +261,7 @@ _AUTHORIZATION = istr("Authorization")
 
 
 class AzureArm:
-    """Spec §1.6: a static credential (Basic or a custom header), the delivery id from the body."""
+    """Azure DevOps: a static credential (Basic or a custom header), the delivery id from the body."""
 
     name = "azure"
     path = "/azure"
@@ -294,12 +294,12 @@ class AzureArm:
 
 
 def forge_for_path(path: str) -> str:
-    """The forge a normalised path belongs to (spec §1.1: routing never looks at headers)."""
+    """The forge a normalised path belongs to (routing never looks at headers)."""
     return FORGE_PATHS.get(path, FALLTHROUGH_FORGE)
 
 
 def normalise_path(path: str) -> str:
-    """Spec §1.1: one trailing slash is removed from any path longer than ``/`` (the query is not part
+    """One trailing slash is removed from any path longer than ``/`` (the query is not part
     of the path aiohttp hands us)."""
     if len(path) > 1 and path[-1] == "/":
         return path[:-1]

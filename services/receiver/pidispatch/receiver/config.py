@@ -1,10 +1,10 @@
-"""The receiver's own configuration: which forges it serves and with which credentials (spec §1.7).
+"""The receiver's own configuration: which forges it serves and with which credentials.
 
 Read once at startup from the environment, validated whole; a bad or half-configured arm raises
 ``ConfigError`` naming the variable and what is accepted (exit 2). Messages never carry a secret's value.
 
-Deviation from spec §1.7, on purpose: the receiver never calls a forge API, so an arm requires only the
-variables the receiver uses (mode, secret, header name), never a forge token or URL (least privilege).
+On purpose (least privilege): the receiver never calls a forge API, so an arm requires only the
+variables the receiver uses (mode, secret, header name), never a forge token or URL.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _with_previous(env: Mapping[str, str], name: str, current: str) -> tuple[str
 
 def _github(settings: Settings, env: Mapping[str, str]) -> GitHubConfig | None:
     """GitHub is served when ``WEBHOOK_SECRET`` or ``GITHUB_AUTH_SOURCE`` is set; the receiver never reads
-    triggers.json, so the spec's "a github rule exists" clause is the operator's secret here."""
+    triggers.json, so the operator's secret, not "a github rule exists", is what arms it."""
     accepted = "a non-blank secret shared with the GitHub webhook"
     secret = settings.webhook_secret
     if secret is None or not secret.strip():

@@ -1,6 +1,6 @@
 """Every answer the receiver gives other than 202/204: status, exact JSON body, and a log token.
 
-The rows are spec ingest §1.3-§1.6 as DESIGN §6 changes them (no lookup rows at the edge). GitHub,
+All are listed in docs/receiver.md; the edge never asks a forge, so none is a failed lookup. GitHub,
 Forgejo and GitLab spell errors with spaces; Azure with hyphens. The ``reason`` token goes to the log line
 and the ``reason`` label of ``pd_receiver_deliveries_total``, so the set of tokens is fixed here.
 """
@@ -47,12 +47,12 @@ INVALID_JSON = _refusal(400, "invalid-json", "invalid-json")
 ENQUEUE_FAILED = _refusal(503, "enqueue-failed", "enqueue-failed")
 INTERNAL_ERROR = _refusal(500, "internal error", "internal-error")
 
-# GitHub and Forgejo/Gitea (§1.3, §1.4: identical transport, so identical answers).
+# GitHub and Forgejo/Gitea (identical transport, so identical answers).
 MISSING_SIGNATURE = _refusal(401, "missing signature", "missing-signature")
 MISSING_EVENT_HEADERS = _refusal(400, "missing github event headers", "missing-event-headers")
 INVALID_SIGNATURE = _refusal(401, "invalid signature", "invalid-signature")
 
-# GitLab (§1.5); the transport rows it shares with GitHub use the same bodies.
+# GitLab; the transport rows it shares with GitHub use the same bodies.
 MISSING_GITLAB_EVENT = _refusal(400, "missing gitlab event header", "missing-event-header")
 MISSING_GITLAB_DELIVERY = Refusal(
     400,
@@ -69,7 +69,7 @@ INVALID_TIMESTAMP = _refusal(401, "stale or invalid timestamp", "invalid-timesta
 MISSING_TOKEN = _refusal(401, "missing token", "missing-token")
 INVALID_TOKEN = _refusal(401, "invalid token", "invalid-token")
 
-# Azure DevOps (§1.6): one 401 body, two log tokens so the operator can tell "sent nothing" from "wrong".
+# Azure DevOps: one 401 body, two log tokens so the operator can tell "sent nothing" from "wrong".
 AZURE_MISSING_CREDENTIAL = _refusal(401, "unauthorized", "missing-credential")
 AZURE_INVALID_CREDENTIAL = _refusal(401, "unauthorized", "invalid-credential")
 AZURE_MISSING_DELIVERY_ID = _refusal(400, "missing-delivery-id", "missing-delivery-id")
@@ -98,7 +98,7 @@ AZURE_TABLE = Table(
 
 
 def not_configured(forge: str) -> Refusal:
-    """Spec §1.1: a forge without configuration has no handler, whatever the method or headers."""
+    """A forge without configuration has no handler, whatever the method or headers."""
     return _refusal(404, f"{forge} webhooks are not configured", "not-configured")
 
 

@@ -1,6 +1,6 @@
 """Is a delivery authentic and well-formed? Pure decisions over headers and raw bytes; no I/O.
 
-One preamble per forge (everything decidable before the body, in the spec's row order), one credential
+One preamble per forge (everything decidable before the body, in a fixed order), one credential
 check per forge over the raw bytes, and the minimal reads of a verified body. Credential checks return the
 index of the secret that matched (0 current, 1 previous) so rotation is visible to the caller; every
 compare is constant-time over equal-length values.
@@ -43,7 +43,7 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_DELIVERY_ID_CHARS = 128
 JSON_MEDIA_TYPE = "application/json"
 GITHUB_SIGNATURE_PREFIX = "sha256="
-# Standard Webhooks' replay window, both directions (spec §1.5).
+# Standard Webhooks' replay window, both directions.
 GITLAB_TOLERANCE_MS = 5 * 60 * 1000
 GITLAB_SECRET_PREFIX = "whsec_"
 _MAX_TIMESTAMP_DIGITS = 12  # seconds until the year 33658: anything longer is not a clock
@@ -88,9 +88,9 @@ def github_preamble(
     delivery: str | None,
     content_length: int | None,
 ) -> Refusal | None:
-    """Spec §1.3 rows 1-5 in order (Forgejo/Gitea share them, §1.4).
+    """GitHub and Forgejo/Gitea, in order: method, media type, signature, event headers, declared length.
 
-    The delivery id check sits with row 4 because a bad id is a header fault, not a body fault.
+    The delivery id check sits with the event headers because a bad id is a header fault, not a body fault.
     """
     if method != "POST":
         return METHOD_NOT_ALLOWED
@@ -110,7 +110,7 @@ def github_preamble(
 def gitlab_preamble(
     method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
 ) -> Refusal | None:
-    """Spec §1.5 rows 1-5 in order. The credential headers are checked after the body (row 6)."""
+    """In order: method, media type, event header, delivery id, declared length; the credential after."""
     if method != "POST":
         return METHOD_NOT_ALLOWED
     if not is_json_media_type(content_type):
@@ -127,7 +127,7 @@ def gitlab_preamble(
 
 
 def azure_preamble(method: str, content_type: str | None, content_length: int | None) -> Refusal | None:
-    """Spec §1.6 rows 1-3; the delivery id is in the body, read only after the credential."""
+    """Method, media type, declared length; the delivery id is in the body, read only after the credential."""
     if method != "POST":
         return AZURE_TABLE.method_not_allowed
     if not is_json_media_type(content_type):
@@ -203,7 +203,7 @@ def gitlab_signature_match(
     body: bytes,
     now_ms: int,
 ) -> int | Refusal:
-    """GitLab ``signature`` mode (Standard Webhooks, spec §1.5): the matching key's index, or a refusal.
+    """GitLab ``signature`` mode (Standard Webhooks): the matching key's index, or a refusal.
 
     The MAC covers ``<webhook-id>.<webhook-timestamp>.<body>``, so the timestamp is authenticated and
     the 5-minute window is a real replay bound; it is checked before the HMAC.
@@ -229,7 +229,7 @@ def token_digest(token: bytes) -> bytes:
 
 
 def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int | Refusal:
-    """GitLab ``token`` mode: ``X-Gitlab-Token`` against the configured digests (spec §1.5)."""
+    """GitLab ``token`` mode: ``X-Gitlab-Token`` against the configured digests."""
     if not presented:
         return MISSING_TOKEN
     index = _digest_match(digests, _raw(presented))
@@ -237,12 +237,12 @@ def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int |
 
 
 def azure_credential_match(digests: Sequence[bytes], presented: str | None, basic: bool) -> int | Refusal:
-    """Azure DevOps (spec §1.6): the secret is the whole credential, nothing covers the body.
+    """Azure DevOps: the secret is the whole credential, nothing covers the body.
 
     ``basic``: ``Authorization`` must start with exactly ``Basic `` and the trimmed rest (the base64 of
     ``user:password``) is the secret; a ``Bearer`` header is wrong, not absent. Header mode: the
-    configured header's value is the secret, exactly. The spec compares lengths first; comparing
-    digests decides the same and leaks not even the length.
+    configured header's value is the secret, exactly. Comparing digests rather than checking lengths
+    first decides the same and leaks not even the length.
     """
     if not presented:
         return AZURE_MISSING_CREDENTIAL
@@ -313,7 +313,7 @@ class AzureBody(msgspec.Struct, frozen=True):
 
 
 def read_gitlab_body(body: bytes) -> GitLabBody | None:
-    """``object_kind`` of a verified GitLab body (the header's value is not used, spec §1.5); None if
+    """``object_kind`` of a verified GitLab body (``X-Gitlab-Event``'s value is not used); None if
     the body is not a JSON object."""
     head = _decode(_gitlab_decoder, body)
     if head is None:

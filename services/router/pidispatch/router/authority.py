@@ -1,4 +1,4 @@
-"""Asking a forge whether an actor may trigger work (spec ingest §4.6), one table row per forge.
+"""Asking a forge whether an actor may trigger work, one table row per forge.
 
 Every answer is two-armed: ``Authorized(True/False)`` is determinate; ``Indeterminate(reason)`` means
 the forge could not answer (network, 5xx, bad JSON, a failed token mint) and the router retries the
@@ -47,7 +47,7 @@ WRITE_PERMISSIONS = frozenset({"admin", "write"})
 GITLAB_DEVELOPER = 30
 AZURE_API_VERSION = "7.1-preview.1"
 AZURE_MAX_USER_PAGES = 20
-# Log event per forge (spec ingest §5.6).
+# Log event per forge when its lookup cannot be answered.
 FAILED_EVENT = {
     "github": "github_permission_lookup_failed",
     "gitlab": "gitlab_access_lookup_failed",
@@ -85,7 +85,7 @@ def seg(value: str) -> str:
 
 
 def is_int(value: object) -> TypeGuard[int | float]:
-    """JSON integer semantics (as the original's ``Number.isInteger``): no bools, integral floats count."""
+    """JSON integer semantics (JavaScript's ``Number.isInteger``): no bools, integral floats count."""
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())

@@ -14,7 +14,7 @@ from pidispatch.router.lookup import Question
 
 
 class Drop(msgspec.Struct, frozen=True):
-    """Not run; ``reason`` is a spec §4.7 token."""
+    """Not run; ``reason`` is a fixed token (``self``, ``no-allowlisted-label``, ...), never payload text."""
 
     reason: str
 

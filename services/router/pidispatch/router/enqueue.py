@@ -1,5 +1,5 @@
-"""Putting a page's jobs on their streams: which stream each job goes to (spec ingest §6), and the
-ENQUEUE script for all of them in one pipeline (exact id and semantic window, DESIGN.md §4)."""
+"""Putting a page's jobs on their streams: which stream each job goes to, and the ENQUEUE script for
+all of them in one pipeline (exact id and semantic window: a job is queued at most once)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from pidispatch.router.rules import Rules
 FORGES = ("github", "gitlab", "forgejo", "azure")
 _WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
-# Fixed "why" tokens, rendered for people. Drop reasons (spec §4.7) reuse their own tokens.
+# Fixed "why" tokens, rendered for people. Drop reasons reuse their own tokens.
 WHY_TEXT = {
     "matched": "matched",
     "no-any-label": "none of its `any` labels present",
@@ -102,7 +102,7 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     needs_authority: bool  # would the outcome change with the forge's verdict?
     verdict: bool | None  # the verdict used; None when none was needed or none was given
     outcome: str  # fire | drop | ask
-    reason: str  # the drop reason (spec §4.7); "" when it fires or asks
+    reason: str  # the drop reason; "" when it fires or asks
     trigger: int | None  # index of the rule that fires (or would, if authorised)
     jobs: tuple[str, ...]  # job ids after replica fan-out
     routes: tuple[str, ...]

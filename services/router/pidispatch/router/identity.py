@@ -1,4 +1,4 @@
-"""The harness's own identity on each forge, resolved once at start (the bot-loop guard, spec ingest §1.7).
+"""The harness's own identity on each forge, resolved once at start (the bot-loop guard).
 
 An explicit id (``GITHUB_SELF_ID``, ``GITLAB_SELF_ID``, ``FORGEJO_BOT_ID``, ``AZURE_SELF_ID`` /
 ``AZURE_SELF_EMAIL``) is used as given and skips the lookup. A forge without credentials cannot author

@@ -1,4 +1,4 @@
-"""Jobs from a matched rule: ids, the semantic dedup key and replica fan-out (spec ingest §5). Pure."""
+"""Jobs from a matched rule: ids, the semantic dedup key and replica fan-out. Pure."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def build_job(
     project_id: int | None = None,
     azure: dict[str, Any] | None = None,
 ) -> Job:
-    """The job before fan-out (spec §5.1). An explicit allow-list of the rule's run fields (no spread),
+    """The job before fan-out. An explicit allow-list of the rule's run fields (no spread),
     so a field added to ``RunSpec`` later never reaches a container by accident; an unset field stays
     absent. ``flow``, when given, replaces the rule's (a comment naming a known flow); a command rule
     carries no flow at all. No login, username, email or display name is a parameter here."""
@@ -83,7 +83,7 @@ def is_close_job(job: Job) -> bool:
 
 
 def semantic_key(job: Job) -> str:
-    """``<repo><sep><number>:<flowSlot>[:r<i>]`` (spec §5.3): one job per item and flow per window.
+    """``<repo><sep><number>:<flowSlot>[:r<i>]``: one job per item and flow per window.
 
     ``sep`` is ``!`` for pull requests on GitLab and Azure (numbered apart from issues there), else
     ``#``; ``flowSlot`` is ``[closed:]`` then ``cmd:<command>`` or the flow."""

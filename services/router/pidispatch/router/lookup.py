@@ -1,4 +1,4 @@
-"""What the router asks a forge before a decision, and what it can hear back (spec ingest §4.6).
+"""What the router asks a forge before a decision, and what it can hear back.
 
 The filters are pure: they say *which* question a delivery needs answered (or none); ``authority``
 asks the forge; the answer goes back into the filter. A question holds the actor's login or email only

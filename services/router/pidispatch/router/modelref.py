@@ -1,4 +1,4 @@
-"""The model knobs of a ``run`` (spec ingest §3.4): ``provider``, ``model``, ``maxTurns``, ``models`` and
+"""The model knobs of a ``run``: ``provider``, ``model``, ``maxTurns``, ``models`` and
 ``maxCostUsd``. Pure value grammar; ``null`` is absent for all five (a hand-written ``"model": null`` has
 always meant the deployment default). Refusals name the field, never the value.
 """
@@ -12,9 +12,9 @@ from typing import Any
 from pidispatch.common.models import MODEL_RE
 from pidispatch.router.refusal import JS_MAX_SAFE_INTEGER, Entry, integer
 
-# Applied after lower-casing (the original case is what the job runs with: model ids are case-sensitive).
+# Applied after lower-casing (the case as written is what the job runs with: model ids are case-sensitive).
 PROVIDER_RE = re.compile(r"(?=.{1,64}$)[a-z0-9][a-z0-9._-]*", re.ASCII)
-# Checked on the original before lower-casing: lower-casing is not closed over ASCII (the Kelvin sign
+# Checked on the value as written, before lower-casing: lower-casing is not closed over ASCII (the Kelvin sign
 # becomes a plain "k"), so a homoglyph would otherwise pass and name a model nobody listed.
 _PRINTABLE_ASCII_RE = re.compile(r"[\x21-\x7e]+")
 MODELS_MAX = 16

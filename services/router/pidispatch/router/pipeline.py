@@ -4,8 +4,8 @@ forge lookup is needed first. Pure; the service does the I/O (the lookup, the en
 A lookup is asked for (``Ask``) only when the delivery would fire if the actor were authorised and the
 forge gates it: GitHub for a close some close rule wants, GitLab/Forgejo/Azure for any delivery that
 would fire. A delivery that cannot fire whatever the verdict returns the filter's own reason without a
-lookup (the lead's deviation from the spec, which asked for every GitLab/Forgejo/Azure delivery: so a
-guest's push reads ``unhandled-event``, not ``author-not-allowed``; fire/no-fire is unchanged). The
+lookup (a forge is asked only when its answer can change the outcome: so a guest's push reads
+``unhandled-event``, not ``author-not-allowed``; fire/no-fire is the same either way). The
 missing-sender and self guards run before any question, so neither ever costs a lookup.
 """
 

@@ -1,4 +1,4 @@
-"""One raw ``triggers.json`` entry under validation, and the refusal it raises (spec ingest §3).
+"""One raw ``triggers.json`` entry under validation, and the refusal it raises.
 
 Shared by the file-level loader (``triggers``), the run-field rules (``runfields``) and the two value
 grammars (``modelref``, ``waitfor``), so every refusal reads ``triggers[<index>].<field> <problem>``.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any, NoReturn, TypeGuard
 
-# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator): the original tests "blank" and
-# "padded" with it, and Python's str.strip() differs (it strips U+001C..U+001F, keeps U+FEFF).
+# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator): "blank" and "padded" are
+# tested with it, and Python's str.strip() differs (it strips U+001C..U+001F, keeps U+FEFF).
 JS_WHITESPACE = (
     "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -70,5 +70,5 @@ def integer(value: Any) -> int | None:
 
 
 def js_length(text: str) -> int:
-    """Length in UTF-16 code units, the original's ``.length``, so a cap counts what it counted."""
+    """Length in UTF-16 code units (JavaScript's ``.length``): a cap counts what it always counted."""
     return len(text.encode("utf-16-le")) // 2

@@ -1,11 +1,11 @@
 """Jobs routed to a host that died before reading them go to another capable host, or to ``pd:jobs``
-(issue 6 §3a: beyond the original, because a stream hand-off can be one atomic script).
+(one atomic script per move, so a job is never lost or doubled on the way).
 
 A host is dead when its row ``pd:host:<name>`` has expired (90 s without a beat). Only entries its
 worker never read are moved: those are beyond the ``workers`` group's last-delivered id (or the stream
 has no group yet). Entries already delivered and still pending belong to the workers' takeover, which
 knows whether a container was started. Each move is one script that re-checks "still there, still not
-delivered" and appends the copy and deletes the original together, so a worker starting on its stream
+delivered" and appends the copy and deletes the source entry together, so a worker starting on its stream
 meanwhile, or a second router doing the same, can never make a job run twice or vanish.
 
 Only forge jobs move: a local or cron job names a folder on its own host's disk and waits there for

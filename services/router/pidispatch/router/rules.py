@@ -1,4 +1,4 @@
-"""The validated, normalised trigger rules (spec ingest §3.6): what ``triggers.py`` produces and the
+"""The validated, normalised trigger rules: what ``triggers.py`` produces and the
 per-forge filters consume. Pure values; one ``Rules`` is one version of the file.
 """
 
@@ -91,7 +91,7 @@ class ForgeGroup(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Rules(msgspec.Struct, frozen=True, kw_only=True):
-    """Every forge has a group, used or not, so a filter never needs a presence check (spec §3.6).
+    """Every forge has a group, used or not, so a filter never needs a presence check.
 
     Disarmed entries keep their index (``count`` includes them) and appear in no group.
     """

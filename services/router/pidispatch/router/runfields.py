@@ -1,4 +1,4 @@
-"""The ``run`` half of a ``triggers.json`` entry (spec ingest §3.4, §3.7): every field, its refusals and
+"""The ``run`` half of a ``triggers.json`` entry: every field, its refusals and
 the near-miss key sweeps, for webhook rules (a ``RunSpec``) and cron entries (a normalised dict).
 
 A field that would load and silently do nothing is refused: that is the rule behind every check here.
@@ -31,7 +31,7 @@ BACKENDS: dict[str, bool] = {"local": False}
 # The pinned agent's built-in tools; it ignores unknown names silently, so only these can be excluded.
 EXCLUDABLE_TOOLS = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
 
-# §3.7: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
+# Near misses: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
 # field under ``run`` is legal; under ``on`` every spelling is refused (these are properties of the run).
 _WAIT_SPELLINGS = {"waitfor": "run.waitFor"}
 _BACKEND_SPELLINGS = dict.fromkeys(("backend", "backends"), "run.backend")
@@ -243,7 +243,7 @@ def _exclude_tools(e: Entry) -> tuple[str, ...] | None:
 
 
 def _shared_fields(e: Entry) -> dict[str, Any]:
-    """The fields every kind carries, in the original's check order, under their ``RunSpec`` names."""
+    """The fields every kind carries, checked in one fixed order, under their ``RunSpec`` names."""
     return {
         "packages": strict_bool(e, "packages"),
         "image": _image(e),

@@ -1,4 +1,4 @@
-"""``triggers.json``: load, validate whole, group per forge (spec ingest §3).
+"""``triggers.json``: load, validate whole, group per forge.
 
 The file is the operator's reviewed allowlist, so any doubt refuses the whole file with one line naming
 the entry index, the field and what is accepted. A rule's identity is its raw array index (cron and
@@ -42,7 +42,7 @@ RUN_KINDS = ("local", *FORGE_KINDS)
 TRIGGERS_MAX_BYTES = 1024 * 1024
 SELECTORS = ("any", "all", "none")
 
-# Each forge's own action words (spec §3.2): a word from another forge would load and never fire.
+# Each forge's own action words: a word from another forge would load and never fire.
 PR_ACTIONS: dict[str, frozenset[str]] = {
     "github": frozenset({"labeled", "opened", "synchronize", "reopened", "review_submitted", "closed"}),
     "gitlab": frozenset({"open", "update", "reopen", "approved", "close"}),

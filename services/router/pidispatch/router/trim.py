@@ -1,4 +1,4 @@
-"""Trimming ``pd:events`` without dropping unfinished work (DESIGN.md §4, last bullet).
+"""Trimming ``pd:events`` without dropping unfinished work.
 
 The stream is cut only behind the oldest entry any group has not finished (pending or undelivered),
 and otherwise kept to about ``PD_EVENTS_MAXLEN`` finished entries, which ``explain`` and ``replay`` use.

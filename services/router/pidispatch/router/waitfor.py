@@ -1,4 +1,4 @@
-"""``run.waitFor`` (spec ingest §3.5): the conditions a job waits on before it starts. Pure.
+"""``run.waitFor``: the conditions a job waits on before it starts. Pure.
 
 ``after_instant_ms`` is the one definition of a legal ``after`` instant; the worker's wait gate must read
 instants with it too, or a file that loads clean could hold until an instant nobody wrote.

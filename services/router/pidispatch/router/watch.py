@@ -1,4 +1,4 @@
-"""Hot reload of ``triggers.json``: poll, debounce, re-validate whole, swap or keep (spec ingest §3).
+"""Hot reload of ``triggers.json``: poll, debounce, re-validate whole, swap or keep.
 
 Polling the file's stat (inode, size, mtime, ctime) needs no dependency and sees every way an editor
 saves: an in-place write changes size or mtime, an atomic rename (write a temporary file, then

@@ -1,4 +1,4 @@
-"""What the worker says on the issue or pull request (spec worker §1.5): a fixed sentence for a
+"""What the worker says on the issue or pull request: a fixed sentence for a
 refusal before spend, for a paid stop, and for a terminal failure; nothing for a completed run (the agent
 reports itself) and nothing for an attempt that will be retried.
 

@@ -1,9 +1,9 @@
-"""Spend windows (spec worker §5.7): the job-count budget reserved just before a container starts, and the
+"""Spend windows: the job-count budget reserved just before a container starts, and the
 daily token cap.
 
 A reservation increments every active window in one server-side script, so two workers reserving at
 once both see their own increment and never the same count. A refused reservation is *not* given back:
-the attempt is counted even though it did not run (spec §1.3 row 18), which is what keeps a flood of
+the attempt is counted even though it did not run, which is what keeps a flood of
 refused jobs from looking free. Only ``Reservation.release`` gives slots back (never-started, config).
 """
 

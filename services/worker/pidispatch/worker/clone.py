@@ -1,5 +1,5 @@
-"""A forge job's ``/workspace``: a hardened, one-commit clone of the repository (spec worker §1.4 "Forge
-clone" steps 2-5, DESIGN.md §7).
+"""A forge job's ``/workspace``: a hardened, one-commit clone of the repository (see "Forge jobs" in
+docs/worker.md).
 
 The token reaches git only through a throw-away askpass script in a fresh temp folder outside the job
 folder; the script holds no secret either, it prints ``GIT_ASKPASS_TOKEN`` from git's environment. So the

@@ -2,7 +2,7 @@
 
 ``build_spec`` decides what a job gets (image, env, mounts, limits); ``to_docker_config`` turns that into
 a Docker Engine API create body. The isolation flags live only in the translator and are not
-configurable, so no job, trigger or image can weaken them (DESIGN.md §7, spec worker §2.1).
+configurable, so no job, trigger or image can weaken them.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def container_name(job_id: str) -> str:
 
 
 def resolve_image(job: Job, settings: Settings) -> str:
-    """The one image rule (spec §2.3): the job's own image if the trigger set one, else ``PI_JOB_IMAGE``.
+    """The one image rule: the job's own image if the trigger set one, else ``PI_JOB_IMAGE``.
 
     Raises ``ValueError`` for a reference that could be read as a flag or smuggle control characters.
     """
@@ -143,7 +143,7 @@ def to_docker_config(spec: ContainerSpec) -> dict[str, Any]:
         "AttachStderr": True,
         "HostConfig": {
             # Kept after the exit: its exit code and output outlive a worker crash, and the worker
-            # removes it only once the record of its end is written (DESIGN.md §4).
+            # removes it only once the record of its end is written.
             "AutoRemove": False,
             "Init": True,
             "CapDrop": ["ALL"],

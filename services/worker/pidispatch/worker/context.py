@@ -35,7 +35,7 @@ class Context:
     busy_folders: set[str] = field(default_factory=set)
     # This host's capability tokens (``s:<secret profile>``), published in its liveness row.
     caps: frozenset[str] = frozenset()
-    # The fleet's run history (spec worker §4.4): only hosts with a declared name mirror their records.
+    # The fleet's run history: only hosts with a declared name mirror their records.
     mirror: Mirror | None = None
     # Forge access for forge jobs (tokens, tips, protection, comments); None in a worker without HTTP.
     forges: ForgeConfig = field(default_factory=lambda: load_forge_config({}))

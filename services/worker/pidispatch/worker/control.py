@@ -5,7 +5,7 @@ are broken, and they fail fast (exit 1, naming REDIS_URL) when Redis does not an
 
 Cancel removes a job that has not started (waiting in ``pd:delayed``, or queued and not yet delivered to
 any worker) with one atomic step each, so it never races a worker into a half-run; a job a worker holds
-gets a request the worker acknowledges (spec worker §5.4).
+gets a request the worker acknowledges.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ async def _nothing_to_cancel(redis: Redis, keys: Keys, job_id: str) -> CancelRes
 async def cancel_command(args: argparse.Namespace) -> int:
     job_id: str = args.job_id
     if not valid_job_id(job_id):
-        # A usage error (spec worker §7: exit 1), refused before Redis is contacted.
+        # A usage error (exit 1), refused before Redis is contacted.
         print(f"pi-dispatch: cancel: {job_id!r} is not a job id (1-{JOB_ID_MAX} printable, no spaces)",
               file=sys.stderr)  # fmt: skip
         return 1

@@ -1,5 +1,5 @@
 """A job container's environment: a closed allowlist, assigned in an order that is itself the security
-property (spec worker §2.4).
+property (later wins: see ``container_env`` for the order).
 
 Nothing is copied from the worker's environment except the provider credential and the names the operator
 listed in ``PI_FORWARD_ENV``. Later assignments win, so what the runtime owns (``HOME``, the minted forge

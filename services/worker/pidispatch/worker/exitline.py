@@ -1,4 +1,4 @@
-"""Exit-line telemetry (spec worker §2.5): the runner's last ``{"event":"exit", ...}`` JSON line.
+"""Exit-line telemetry: the runner's last ``{"event":"exit", ...}`` JSON line.
 
 Only the last 8 KiB of combined output is kept, and only validated numbers leave this module: the
 output is the agent's, so nothing it prints may reach a record as free text. Telemetry never changes
@@ -34,7 +34,7 @@ class Tail:
         return bytes(self._buf)
 
 
-# The labelled reasons a runner may give for exit 2 (spec worker §1.6 step 6); anything else is
+# The labelled reasons a runner may give for exit 2; anything else is
 # `runner-policy`. Exact-case match: the exit line is the agent's output, never trusted to widen this.
 RUNNER_POLICY_REASONS = frozenset({
     "provider-auth-refused", "cost-cap", "model-not-allowed", "cost-cap-unenforceable",

@@ -1,4 +1,4 @@
-"""What the worker asks a forge for a forge job (spec worker §1.3 rows 13-14, §1.4, §1.5): a token for the
+"""What the worker asks a forge for a forge job, before any spend: a token for the
 job, the default branch and its tip, whether that branch is protected, and one comment on the item.
 
 One small client per forge behind ``ForgeApi``; ``forge_api`` picks it from the job's kind. Every answer

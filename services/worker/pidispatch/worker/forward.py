@@ -1,9 +1,9 @@
-"""A job this host cannot serve goes once to a live host that can (issue 6: beyond the original's
-routing at enqueue, because a stream hand-off is one atomic script, not a race between clocks).
+"""A job this host cannot serve goes once to a live host that can (besides routing at enqueue, because
+a stream hand-off is one atomic script, not a race between clocks).
 
 Only capability needs (``s:<secret profile>``, ``w:<wait profile>``) are considered. A job forwarded
 once is never forwarded again: if it cannot be served where it lands, that host refuses it with the
-spec's reason, so a job can neither bounce between hosts nor vanish.
+usual pre-spend reason, so a job can neither bounce between hosts nor vanish.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run history (spec worker §4): one JSON record per run attempt under ``PI_LOGS_DIR``.
+"""Run history: one JSON record per run attempt under ``PI_LOGS_DIR``.
 
 The record is built field by field from ids, enums and numbers, never by spreading job data, so no
 title, body, login or host path can reach it. Writing is atomic (temp file + rename) and never raises:
@@ -143,7 +143,7 @@ async def read_record(logs_dir: str, job_id: str) -> RunRecord | None:
     return await asyncio.to_thread(_read_either, logs_dir, job_id)
 
 
-# ---- retention (spec worker §4.3) ------------------------------------------------------------------
+# ---- retention: PI_LOG_RETENTION_DAYS by mtime, 0 keeps forever ------------------------------------
 
 SWEPT_SUFFIXES = (".json", ".log")
 DAY_S = 86_400

@@ -174,7 +174,7 @@ def _import_errors(body: bytes) -> list[str]:
     return errors
 
 
-# The images built here run as whatever uid the worker hands them (spec worker §2.3, §2.9).
+# The images built here run as whatever uid the worker hands them (the worker never runs one as root).
 DEFAULT_LABELS: Mapping[str, str] = {CAPABILITIES_LABEL: "anyUid"}
 
 

@@ -1,6 +1,6 @@
 """The one name a job id has on disk and in Docker: an injective encoding, so two ids never share a
-record file, a captured log, a mirror entry or a container name (spec worker §4.2 sanitised by
-replacement, which made ``a:b`` and ``a_b`` one file).
+record file, a captured log, a mirror entry or a container name (replacing each unsafe character with
+``_`` made ``a:b`` and ``a_b`` one file).
 
 Letters, digits, ``-`` and ``.`` (not first: a leading dot would hide the record as a temp file) stay;
 every other UTF-8 byte, ``_`` included, becomes ``_XX`` (lower-case hex). Decoding is unambiguous

@@ -1,10 +1,10 @@
-"""The pre-spend ladder (spec worker §1.3): every check that costs nothing runs before anything that
-costs something, in the spec's order, and the container runs last.
+"""The pre-spend ladder: every check that costs nothing runs before anything that costs something, and
+the container runs last.
 
-Rows that apply in this build: image preflight and its labels (5, 6), secrets (12), the forge token for
-this one repository (13), default-branch protection (14), the local folder or the clone of the tip and
-the job folder (15), the daily token cap (16), the budget reservation (18), the container (19), its
-classification (20).
+Rows that apply in this build (numbered as in docs/worker.md): image preflight and its labels (5, 6),
+secrets (12), the forge token for this one repository (13), default-branch protection (14), the local
+folder or the clone of the tip and the job folder (15), the daily token cap (16), the budget reservation
+(18), the container (19), its classification (20).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def refuse(job: Job, reason: str, *, budget_reserved: bool = False) -> Outcome:
 
 
 def settle_result(result: RunResult, *, budget_reserved: bool) -> Outcome:
-    """Pure: how a container's end is recorded (spec worker §1.6); telemetry never moves the class."""
+    """Pure: how a container's end is recorded (docs/worker.md); telemetry never moves the class."""
     info = parse_exit_line(result.tail)
     outcome, reason = classify(result)
     if outcome == "policy" and reason == "runner-policy" and info is not None and info.exit_reason:
@@ -141,7 +141,7 @@ async def _forge_gates(ctx: Context, job: Job) -> tuple[str, Tip] | Refusal:
         if tip is None:
             return Refusal("unprotected-branch")
     except ConfigError:
-        # The config classifier (spec §1.3): the message may name paths or variables, so it stays out.
+        # Recorded ``config-refused``: the message may name paths or variables, so it stays out.
         get_logger().warning("refused_config", job=job.id, kind=job.kind, step="forge")
         return Refusal("config-refused")
     return token, tip
@@ -169,7 +169,7 @@ async def _spend(
         return refuse(job, capped.reason)
     reserved = await budget.reserve(ctx.redis, ctx.keys, s, ctx.clock())
     if isinstance(reserved, Refusal):
-        # A refused reservation is not given back (spec §5.7): the record says the slot stays counted.
+        # A refused reservation is not given back: the record says the slot stays counted.
         return refuse(job, reserved.reason, budget_reserved=reserved.budget_reserved)
     spend.reservation = reserved
     name = container_name(job.id)
@@ -177,7 +177,7 @@ async def _spend(
         env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets, forge_token=token)
         spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace)
     except (SpecRefused, ConfigError, ValueError):
-        # The config classifier (spec §1.3): nothing ran, so the reservation goes back.
+        # Recorded ``config-refused``: nothing ran, so the reservation goes back.
         await spend.refund()
         return refuse(job, "config-refused")
 

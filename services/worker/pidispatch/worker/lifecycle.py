@@ -1,6 +1,6 @@
 """One job from pickup to its record: settle what an earlier delivery left, then one attempt.
 
-Delivery guarantee (DESIGN.md §4): an entry is acked only after its run record is written, or moved to
+Delivery guarantee: an entry is acked only after its run record is written, or moved to
 ``pd:delayed`` (retry, defer) in the same server-side step that acks it. A job whose container may have
 started is never started again: a restart re-attaches to it (running or exited: containers are kept
 until their end is recorded), a peer records it ``worker-lost``. A container is removed after its record.
@@ -207,7 +207,7 @@ async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
         )
         return Outcome("failed", "workspace-fault", retry=True)
     except Exception as exc:
-        # A bug: recorded once, never retried (spec worker §1.2 "any other exception").
+        # A bug: recorded once ``failed``/``internal-error``, never retried.
         get_logger().error("job_crashed", job=job.id, error=type(exc).__name__)
         if not spend.started:
             await spend.refund()

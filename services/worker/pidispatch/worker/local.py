@@ -1,5 +1,5 @@
 """Local jobs: ``pi-dispatch run <folder>`` queues a job on an operator's git folder, and the worker checks
-that folder before anything is spent (spec worker §1.0, §1.4 "Local folder", §7 ``run``).
+that folder before anything is spent (see "Local jobs" in docs/worker.md).
 
 The folder itself is the job's writable ``/workspace`` and the container runs as the folder's owner, so
 what the job writes belongs to the operator, never to root. Every git call is hardened: the folder's
@@ -129,7 +129,7 @@ def _stat_repo(folder: str) -> os.stat_result | None:
 
 
 async def inspect_folder(folder: str) -> FolderFacts | Refusal:
-    """The worker's gate on a local job's folder (spec worker §1.3 row 15, local part), before any spend.
+    """The worker's gate on a local job's folder (ladder row 15, local part), before any spend.
 
     Refusals, in order: no folder or no ``.git`` (``local-folder-not-a-repo``), git refuses the repository
     (``local-folder-unreadable-repo``), no commit at HEAD (``local-folder-no-commit``), folder owned by

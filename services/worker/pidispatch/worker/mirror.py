@@ -1,9 +1,9 @@
-"""The fleet view of run history (spec worker §4.4): a Redis copy of each run record, and the merge.
+"""The fleet view of run history: a Redis copy of each run record, and the merge.
 
 The file under ``PI_LOGS_DIR`` is the record; this is a view of it. So the file is written first, the
 copy never outlives the file's retention, and a failure here costs one row of a fleet view, never a job:
 the writer never raises. The value is the record's own JSON (the file's bytes without the trailing
-newline, which is also what the Node worker stores), so nothing derived can go stale. Raw ``.log``
+newline), so nothing derived can go stale. Raw ``.log``
 files hold payload text and are never mirrored.
 """
 

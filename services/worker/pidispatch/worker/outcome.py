@@ -1,8 +1,8 @@
 """How a step of a job's ladder can end short of running: a named refusal, or a retried fault.
 
-A ``Refusal`` is determinate (spec worker §1.3): recorded ``policy`` with its reason token, never retried.
+A ``Refusal`` is determinate: recorded ``policy`` with its reason token, never retried.
 An ``InfraFault`` is an infrastructure failure: the attempt is recorded ``failed`` and the job retried
-while attempts remain (spec worker §5.1). ``refund`` says whether nothing was spent, so a budget slot
+while attempts remain. ``refund`` says whether nothing was spent, so a budget slot
 reserved for the attempt is given back (only ``container-never-started`` and faults before the container).
 """
 

@@ -1,4 +1,4 @@
-"""Image preflight (spec worker §2.3, §1.3 rows 5-6): is the job's image here, and can it serve this job?
+"""Image preflight (ladder rows 5-6 in docs/worker.md): is the job's image here, and can it serve this job?
 
 One ``inspect`` reads the image's labels; a pure function then decides. Nothing is cached: an operator
 may build or remove an image mid-day, and this gate decides whether a budget slot is spent.
@@ -24,7 +24,7 @@ from pidispatch.worker.runner import DockerUnavailable, is_unreachable
 
 # A daemon that takes longer than this to describe one image is treated as not answering.
 INSPECT_TIMEOUT_S = 30.0
-# The containers always run with an explicit non-root user (spec §2.9), which the image must accept.
+# The containers always run with an explicit non-root user, which the image must accept.
 ANY_UID = "anyUid"
 
 
@@ -45,7 +45,7 @@ class CapabilityGate:
     needed: Callable[[Job, Settings], bool]
 
 
-# The spec's order (§1.3 row 5): a job carrying several features is refused for the first one. Each
+# In this order: a job carrying several features is refused for the first one. Each
 # exists because an image built before the feature silently ignores it and records a clean exit.
 CAPABILITY_GATES: tuple[CapabilityGate, ...] = (
     CapabilityGate("replicas", "job-image-replicas-unsupported", lambda j, s: j.replica is not None),

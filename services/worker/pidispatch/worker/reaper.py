@@ -1,6 +1,6 @@
 """The boot reaper: containers labelled for this host that nothing will ever record or remove.
 
-Job containers are kept after their exit until their record is written (DESIGN.md §4), so the reaper
+Job containers are kept after their exit until their record is written, so the reaper
 must never take one whose outcome is not recorded yet: that one is re-attached by the job's own pending
 entry (this host's), or belongs to a job another host holds now. It removes one that never started, one
 whose job is recorded (a crash between the record and the removal), and one that no job owns.

@@ -1,7 +1,7 @@
-"""Run one container to its end through the Engine API, and classify how it ended (spec worker §1.6, §2.5).
+"""Run one container to its end through the Engine API, and classify how it ended (docs/worker.md).
 
 Job containers are created without AutoRemove, so an exited container keeps its exit code and output
-until the worker has written the record of its end (DESIGN.md §4): the exit code comes from a
+until the worker has written the record of its end: the exit code comes from a
 ``wait`` on ``not-running`` and the output from ``logs`` after the exit, both safe at any time after the
 start, and the same for a run this process started and one a crashed process left behind.
 """

@@ -1,6 +1,6 @@
 """``pi-dispatch runs``: the newest run records of the fleet, this host's files merged with the mirror.
 
-The files under ``PI_LOGS_DIR`` are this host's history; the Redis mirror (spec worker §4.4) adds every
+The files under ``PI_LOGS_DIR`` are this host's history; the Redis mirror (``pd:runs:*``) adds every
 host that declares ``PI_WORKER_NAME``. The mirror is a view, so a Redis that is down or empty costs the
 other hosts' rows, never this host's: the command says so in one line and still exits 0. ``--local``
 skips Redis entirely. Reading and rendering are separate; the renderers are pure.

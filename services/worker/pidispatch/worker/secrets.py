@@ -1,4 +1,4 @@
-"""Secret profiles (spec worker §6.1): turn a job's secret *references* into values, just before spend.
+"""Secret profiles: turn a job's secret *references* into values, just before spend.
 
 A job carries ``{VAR_NAME: "<opaque reference>"}`` and a profile name; the profile is an operator-declared
 resolver executable, run as ``<resolver> <reference>`` (no shell). Its exit code is the verdict: 0 = the

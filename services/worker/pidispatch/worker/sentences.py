@@ -1,4 +1,4 @@
-"""The fixed sentences the worker posts on the issue or pull request (spec worker §1.5), or logs as a
+"""The fixed sentences the worker posts on the issue or pull request, or logs as a
 ``comment`` event for a local job.
 
 Every sentence is a constant chosen by a reason token: it never holds a path, a secret, a reference, an
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 _REPOSITORY, _FOLDER = "this repository", "this folder"
 
-# Pre-spend refusals (spec worker §1.3, Appendix C). ``{scope}`` is the repository, or the folder of a
+# Pre-spend refusals, one per reason token. ``{scope}`` is the repository, or the folder of a
 # local job; it is the only placeholder and is filled from the two constants above.
 REFUSALS: dict[str, str] = {
     "once-already-spent": "this one-shot trigger has already started a job",
@@ -70,7 +70,7 @@ REFUSALS: dict[str, str] = {
 }
 REFUSAL_GENERIC = "a check before the run stopped this job"
 
-# Paid policy terminals (spec worker §1.5, §1.6): the container ran, so the job is not tried again.
+# Paid policy terminals: the container ran, so the job is not tried again.
 STOPS: dict[str, str] = {
     "worker-abort": "the worker stopped this job before it finished (it ran out of time, or the worker "
                     "shut down)",

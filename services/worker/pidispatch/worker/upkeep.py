@@ -1,5 +1,5 @@
 """A worker's duties beside its jobs: the liveness row, fresh pending entries, cancel requests, and
-taking over the pending jobs of a host whose row expired (DESIGN.md §4).
+taking over the pending jobs of a host whose row expired.
 
 A peer claims a dead host's entries only when its row is gone AND the entries sat idle for the row's
 whole lifetime; a live worker re-claims its running entries to itself every beat, so both tests agree

@@ -1,4 +1,4 @@
-"""The per-job folder a container sees (spec worker §1.4): ``/job`` read-only, ``/workspace`` writable.
+"""The per-job folder a container sees: ``/job`` read-only, ``/workspace`` writable.
 
 ``prompt.md`` and ``event.json`` are built by pure functions; the forge's text (titles, bodies,
 comments) is fenced and labelled as data so the agent reads it as input, never as instructions.
@@ -81,7 +81,7 @@ def _trigger_body(value: dict[str, Any] | None) -> str | None:
 
 def work_branch(job: Job) -> str | None:
     """Pure: the branch the agent pushes to, ``pi/issue-<n>`` or ``pi/issue-<n>-r<i>`` for a replica
-    (spec §1.4 step 8); None without a target."""
+    named in the prompt; None without a target."""
     if job.target is None:
         return None
     branch = f"pi/issue-{job.target.number}"
@@ -97,7 +97,7 @@ def _replica_lines(job: Job, what: str) -> list[str]:
 
 
 def build_local_prompt(job: Job) -> str:
-    """Pure: a local job's prompt (spec §1.4 local). A command job is exactly ``/<command>``: the
+    """Pure: a local job's prompt. A command job is exactly ``/<command>``: the
     command line is the whole prompt, so nothing may follow it (not even a newline)."""
     if job.command is not None:
         return f"/{job.command}"
@@ -109,7 +109,7 @@ def build_local_prompt(job: Job) -> str:
 
 
 def build_prompt(job: Job) -> str:
-    """Pure: the agent's ``/job/prompt.md`` (spec §1.4 step 8).
+    """Pure: the agent's ``/job/prompt.md``.
 
     A forge job's prompt: the flow or command, the event pointer, then everything people on the forge
     wrote (title, body, the comment or review that fired the job) fenced as data, then the operator's
@@ -154,7 +154,7 @@ def _subset(value: dict[str, Any] | None, allowed: tuple[str, ...]) -> dict[str,
 
 
 def build_event(job: Job, *, sha: str | None = None) -> dict[str, Any]:
-    """Pure: ``/job/event.json`` (spec §1.4 step 9). No headers, signature, token or replica fields.
+    """Pure: ``/job/event.json``. No headers, signature, token or replica fields.
 
     A local job's event names the folder by its basename only (never the host path) and the commit the
     worker saw at HEAD, so the agent knows what it started from.
@@ -181,7 +181,7 @@ def build_event(job: Job, *, sha: str | None = None) -> dict[str, Any]:
         event["review"] = _subset(trigger.review, _REVIEW_KEYS)
         event["sender"] = {"id": trigger.sender.id} if trigger.sender else None
         event["matched"] = msgspec.to_builtins(trigger.matched) if trigger.matched else None
-    # Absent, never null (spec ingest §5.1).
+    # Absent, never null: a field the event did not carry is left out.
     return {k: v for k, v in event.items() if v is not None}
 
 

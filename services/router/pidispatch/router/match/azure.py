@@ -1,4 +1,4 @@
-"""The Azure DevOps filter (spec ingest §4.5). Pure.
+"""The Azure DevOps filter. Pure.
 
 Azure identifies an actor two ways (a GUID on pull-request events, an address on work items), so the
 identity step compares both and an empty side never matches: a deployment that resolved only its GUID

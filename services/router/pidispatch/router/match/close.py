@@ -1,4 +1,4 @@
-"""Which close rule wants this close (spec ingest §4.1 ``findCloseRule``). Pure.
+"""Which close rule wants this close. Pure.
 
 One derivation shared by every forge's close route and by the question "is a lookup worth making", so
 the two can never disagree about a delivery.

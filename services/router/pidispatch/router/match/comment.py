@@ -1,4 +1,4 @@
-"""The comment route's phrase and flow resolution, shared by every forge (spec ingest §4.1). Pure."""
+"""The comment route's phrase and flow resolution, shared by every forge. Pure."""
 
 from __future__ import annotations
 

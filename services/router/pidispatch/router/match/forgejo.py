@@ -1,4 +1,4 @@
-"""The Forgejo/Gitea filter (spec ingest §4.4). Pure.
+"""The Forgejo/Gitea filter. Pure.
 
 Same fail-closed order as GitLab: a numeric sender, not the harness, then the resolved permission for
 *every* rule type (whether a Forgejo label is self-gating is not verified across versions, and being

@@ -1,4 +1,4 @@
-"""The GitHub filter (spec ingest §4.2). Pure: a projected subset and the rules in, a decision out.
+"""The GitHub filter. Pure: a projected subset and the rules in, a decision out.
 
 Order is load-bearing and fail-closed: no usable sender → drop; the harness itself → drop (before any
 author or label logic: under a PAT the harness is OWNER and its own comments and pushes would pass);

@@ -1,4 +1,4 @@
-"""The GitLab filter (spec ingest §4.3). Pure.
+"""The GitLab filter. Pure.
 
 Order: a numeric ``user.id``, not the harness (a project access token is a member and would clear the
 access gate, so its own comments would loop), then the access verdict for *every* type: a label proves
@@ -143,7 +143,7 @@ def merge_request(ctx: Context) -> Decision:
             assert added is not None
             matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, added))
         else:
-            # A none-only predicate is not evaluated on this path (the original's behaviour).
+            # No ``any``/``all``: the action alone fires, and a ``none`` list is not checked here.
             matched = Matched(index=rule.index, type="pull_request", action=action)
         ctx.trace.rule(rule.index, "pull_request")
         target = _target(ctx, "pull_request")

@@ -1,4 +1,4 @@
-"""The label predicate shared by every forge (spec ingest §4.1). Pure."""
+"""The label predicate (``any``, ``all``, ``none``) shared by every forge. Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-forge payload projections (spec ingest §2): only the fields the filters read ever leave the raw
+"""Per-forge payload projections: only the fields the filters read ever leave the raw
 body. Each forge decodes through msgspec Structs that ignore unknown fields, so a forge adding fields
 changes nothing; a body whose shape is impossible raises ``MalformedPayload``.
 """

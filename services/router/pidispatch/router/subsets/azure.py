@@ -1,4 +1,4 @@
-"""The Azure DevOps payload subset (spec ingest §2.4).
+"""The Azure DevOps payload subset: the only fields the filter may read.
 
 The least GitHub-like forge: no delivery header (the body's top-level ``id`` is the delivery), two actor
 forms on one forge (a GUID on pull-request events, ``"Display Name <email>"`` on work items), tags as one

@@ -1,4 +1,4 @@
-"""The Forgejo/Gitea payload subset (spec ingest §2.2) and the event names it arrives under.
+"""The Forgejo/Gitea payload subset and the event names it arrives under.
 
 GitHub's shape with three differences, each a wrong job if missed: no ``author_association`` anywhere
 (authority comes from the API), ``is_pull`` at the top level instead of ``issue.pull_request``, and

@@ -1,4 +1,4 @@
-"""The GitHub payload subset (spec ingest §2.1): the only fields the filter may read.
+"""The GitHub payload subset: the only fields the filter may read.
 
 Decoding is tolerant of unknown fields and of odd values where the filter owns the verdict (a string
 ``sender.id`` must reach the filter as "not a number", not become a crash or a coercion). A body whose

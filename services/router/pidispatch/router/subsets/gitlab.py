@@ -1,4 +1,4 @@
-"""The GitLab payload subset (spec ingest §2.3).
+"""The GitLab payload subset: the only fields the filter may read.
 
 Three fields have no GitHub counterpart: ``changes.labels`` (adding a label is an ``update`` carrying a
 before/after diff, and the diff is the trigger), ``noteable_type`` (whether a comment is on an issue or
