@@ -16,9 +16,9 @@ import pytest
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
 from pidispatch.common.redis import Redis, create_redis
-from tests.fakeforge import FakeForge, github_forge, set_repo
-from tests.gitserver import GitServer, git_server
-from tests.helpers import RedisProcess
+from tests.support.forges import FakeForge, github_forge, set_repo
+from tests.support.gitserver import GitServer, git_server
+from tests.support.processes import RedisProcess
 
 REQUIRE_DOCKER = os.environ.get("PD_REQUIRE_DOCKER") == "1"
 TEST_SECRET = "test-webhook-secret"
@@ -123,7 +123,7 @@ ISSUE_REPO = "Codertocat/Hello-World"  # the repository of the octokit issues.la
 @dataclass
 class GithubStandIn:
     """A stand-in GitHub (API) and the git server its clone URLs point at, holding the repository of
-    ``tests.worker_support.issue_job`` with one commit on a protected ``main``."""
+    ``tests.support.worker.issue_job`` with one commit on a protected ``main``."""
 
     forge: FakeForge
     git: GitServer

@@ -11,7 +11,7 @@ import aiodocker
 import pytest
 
 from tests.conftest import GithubStandIn
-from tests.helpers import RedisProcess
+from tests.support.processes import RedisProcess
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pidispatch.router.lookup import (
     GitlabMember,
     Indeterminate,
 )
-from tests.fakeforge import (
+from tests.support.forges import (
     FakeForge,
     Scripted,
     azure_forge,

@@ -24,8 +24,8 @@ from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.clone import ASKPASS_NAME, CLONE_FAILED, SHA_GONE, clone_tip, hand_over
 from pidispatch.worker.outcome import InfraFault, Refusal
 from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
-from tests.gitserver import GitServer, git_server
-from tests.helpers import wait_for
+from tests.support.gitserver import GitServer, git_server
+from tests.support.polling import wait_for
 
 USERNAME = "x-access-token"
 IS_ROOT = os.geteuid() == 0

@@ -45,11 +45,11 @@ from pidispatch.router.subsets import forgejo as subset_forgejo
 from pidispatch.router.subsets import gitlab as subset_gitlab
 from pidispatch.worker import sentences
 from tests.conftest import ISSUE_REPO, PAT, GithubStandIn
-from tests.fakeforge import FakeForge, azure_forge, forgejo_forge, gitlab_forge, posted, set_repo
-from tests.gitserver import GitServer, git_server
-from tests.helpers import load_fixture, wait_for
-from tests.unit.test_subsets_azure import WORKITEM_CREATED
-from tests.worker_support import enqueue, issue_job, record, running_worker
+from tests.support.forges import FakeForge, azure_forge, forgejo_forge, gitlab_forge, posted, set_repo
+from tests.support.gitserver import GitServer, git_server
+from tests.support.payloads import WORKITEM_CREATED, load_fixture
+from tests.support.polling import wait_for
+from tests.support.worker import enqueue, issue_job, record, running_worker
 
 Logs = list[dict[str, Any]]
 

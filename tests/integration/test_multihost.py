@@ -18,8 +18,9 @@ from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.router.reroute import reroute_orphans
-from tests.helpers import ServiceProcess, wait_for
-from tests.worker_support import enqueue, issue_job
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
+from tests.support.worker import enqueue, issue_job
 
 FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100000"}
 

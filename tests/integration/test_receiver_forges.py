@@ -27,8 +27,10 @@ from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
 from tests.conftest import TEST_SECRET
-from tests.helpers import RedisProcess, ServiceProcess, wait_for
-from tests.receiver_support import (
+from tests.support.payloads import fixture_bytes, fixture_paths
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
+from tests.support.receiver import (
     AZURE_BASIC_SECRET,
     FORGEJO_SECRET,
     GITLAB_SIGNING_TOKEN,
@@ -38,8 +40,6 @@ from tests.receiver_support import (
     azure_header_env,
     azure_header_headers,
     debug_logs,
-    fixture_bytes,
-    fixture_paths,
     forgejo_env,
     forgejo_headers,
     github_headers,

@@ -23,8 +23,9 @@ from pidispatch.common.models import text
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.worker import budget, ladder
 from pidispatch.worker.runner import RunResult
-from tests.helpers import RedisProcess, wait_for
-from tests.worker_support import (
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess
+from tests.support.worker import (
     DockerSocketProxy,
     container_starts,
     enqueue,

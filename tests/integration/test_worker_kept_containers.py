@@ -13,8 +13,9 @@ import pytest
 
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis
-from tests.helpers import ServiceProcess, wait_for
-from tests.worker_support import (
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
+from tests.support.worker import (
     container_starts,
     enqueue,
     git_repo,

@@ -28,7 +28,7 @@ from pidispatch.worker.forgeapi import (
     strip_username,
 )
 from pidispatch.worker.outcome import InfraFault
-from tests.fakeforge import (
+from tests.support.forges import (
     TIP_SHA,
     FakeForge,
     azure_forge,

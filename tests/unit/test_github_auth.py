@@ -27,7 +27,7 @@ from pidispatch.common.github_auth import (
     repo_name,
     require_token,
 )
-from tests.fakeforge import FakeForge, disconnect, github_forge, raw, reply
+from tests.support.forges import FakeForge, disconnect, github_forge, raw, reply
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,7 @@ from pidispatch.router.match.azure import decide, stable_actor_id
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
 from pidispatch.router.subsets.azure import project
-from tests.helpers import load_fixture
-from tests.unit.test_subsets_azure import WORKITEM_COMMENTED, WORKITEM_CREATED, WORKITEM_UPDATED
+from tests.support.payloads import WORKITEM_COMMENTED, WORKITEM_CREATED, WORKITEM_UPDATED, load_fixture
 
 SELF = SelfIds(azure_id="0f0f0f0f-0000-4000-8000-00000000beef", azure_email="pi-bot@example.com")
 EMAIL = "dev@example.com"

@@ -24,7 +24,7 @@ from pidispatch.router.rules import (
     RunSpec,
 )
 from pidispatch.router.subsets.forgejo import project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999
 DELIVERY = "6f0d2b3a-1e7c-4c55-8a0e-8d0b5f0e9a21"

@@ -26,7 +26,7 @@ from pidispatch.router.rules import (
     RunSpec,
 )
 from pidispatch.router.subsets.github import project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999
 DELIVERY = "72d3162e-cc78-11e3-81ab-4c9367dc0958"

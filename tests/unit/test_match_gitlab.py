@@ -23,7 +23,7 @@ from pidispatch.router.rules import (
     RunSpec,
 )
 from pidispatch.router.subsets.gitlab import project
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 SELF_ID = 999
 DELIVERY = "0b1f9c2e-5d8b-4a57-9d0e-6a1f3f7d2c11"

@@ -24,7 +24,7 @@ from pidispatch.worker.mirror import (
     mirror_window_ms,
     read_mirror,
 )
-from tests.helpers import RedisProcess
+from tests.support.processes import RedisProcess
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000

@@ -22,8 +22,7 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from tests.helpers import load_fixture
-from tests.unit.test_subsets_azure import WORKITEM_UPDATED
+from tests.support.payloads import WORKITEM_UPDATED, load_fixture
 
 SELF = SelfIds(github=999, gitlab=999, forgejo=999, azure_id="self-guid", azure_email="pi-bot@example.com")
 LOGIN = "closer-login-never-enqueued"

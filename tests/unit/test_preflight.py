@@ -25,7 +25,7 @@ from pidispatch.worker.image import (
 from pidispatch.worker.outcome import InfraFault, Refusal
 from pidispatch.worker.preflight import ImageFacts, image_facts, image_refusal, inspect_image
 from pidispatch.worker.runner import DockerUnavailable
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 ALL_CAPS = ("anyUid", "replicas", "commands", "excludeTools", "modelPolicy", "costCap")
 

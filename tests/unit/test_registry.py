@@ -26,7 +26,7 @@ from pidispatch.common.registry import (
     read_live_hosts,
     route_job,
 )
-from tests.helpers import RedisProcess
+from tests.support.processes import RedisProcess
 
 NOW = 1_800_000_000_000
 

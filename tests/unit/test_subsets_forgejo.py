@@ -9,7 +9,7 @@ import pytest
 
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.subsets.forgejo import project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 
 @pytest.mark.parametrize("path", sorted((FIXTURES / "gitea").glob("*.json")), ids=lambda p: p.stem)

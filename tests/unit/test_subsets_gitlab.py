@@ -10,7 +10,7 @@ import pytest
 
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.subsets.gitlab import GitLabSubset, project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 
 def sub(payload: dict[str, Any]) -> GitLabSubset:

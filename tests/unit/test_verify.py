@@ -28,8 +28,7 @@ from pidispatch.receiver.verify import (
     hmac_hex_match,
     token_digest,
 )
-from tests.helpers import github_signature
-from tests.receiver_support import standard_webhooks_signature
+from tests.support.receiver import github_signature, standard_webhooks_signature
 
 # GitHub's documented example (docs: "Validating webhook deliveries").
 DOC_SECRET = b"It's a Secret to Everybody"

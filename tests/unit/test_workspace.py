@@ -21,7 +21,7 @@ from pidispatch.worker.workspace import (
     remove_workspace,
     work_branch,
 )
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 
 def issue_job(**overrides: object) -> Job:
