@@ -10,7 +10,7 @@ from pathlib import Path
 import aiodocker
 import pytest
 
-from tests.conftest import GithubStandIn
+from tests.support.forges import GithubStandIn
 from tests.support.processes import RedisProcess
 
 

@@ -44,8 +44,17 @@ from pidispatch.router.subsets import azure as subset_azure
 from pidispatch.router.subsets import forgejo as subset_forgejo
 from pidispatch.router.subsets import gitlab as subset_gitlab
 from pidispatch.worker import sentences
-from tests.conftest import ISSUE_REPO, PAT, GithubStandIn
-from tests.support.forges import FakeForge, azure_forge, forgejo_forge, gitlab_forge, posted, set_repo
+from tests.support.forges import (
+    ISSUE_REPO,
+    PAT,
+    FakeForge,
+    GithubStandIn,
+    azure_forge,
+    forgejo_forge,
+    gitlab_forge,
+    posted,
+    set_repo,
+)
 from tests.support.gitserver import GitServer, git_server
 from tests.support.payloads import WORKITEM_CREATED, load_fixture
 from tests.support.polling import wait_for

@@ -27,11 +27,10 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
-from tests.conftest import TEST_SECRET
 from tests.support.payloads import FIXTURES, octokit_examples
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
-from tests.support.receiver import debug_logs, github_signature, metric, post_declaring
+from tests.support.receiver import TEST_SECRET, debug_logs, github_signature, metric, post_declaring
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 PING = (FIXTURES / "github" / "ping.json").read_bytes()

@@ -26,7 +26,6 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
-from tests.conftest import TEST_SECRET
 from tests.support.payloads import fixture_bytes, fixture_paths
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
@@ -35,6 +34,7 @@ from tests.support.receiver import (
     FORGEJO_SECRET,
     GITLAB_SIGNING_TOKEN,
     GITLAB_TOKEN_SECRET,
+    TEST_SECRET,
     azure_basic_env,
     azure_basic_headers,
     azure_header_env,

@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pidispatch.common.log import configure_logging
 
-GITHUB_SECRET = "test-webhook-secret"  # tests.conftest.TEST_SECRET, the base_env's WEBHOOK_SECRET
+TEST_SECRET = "test-webhook-secret"  # the base_env's WEBHOOK_SECRET
+GITHUB_SECRET = TEST_SECRET
 FORGEJO_SECRET = "forgejo-webhook-secret"
 # A GitLab signing token: whsec_ + base64 of the key bytes.
 GITLAB_KEY = b"gitlab signing key: 32 bytes ok!"
