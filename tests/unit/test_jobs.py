@@ -152,7 +152,7 @@ def test_every_forge_fans_out_replicas_the_same_way(kind: str, prefix: str) -> N
     assert ids == [f"{prefix}{D}-r1", f"{prefix}{D}-r2", f"{prefix}{D}-r3"]
 
 
-def test_spec35_a_fan_out_that_failed_part_way_converges_on_exactly_n_jobs() -> None:
+def test_a_fan_out_that_failed_part_way_converges_on_exactly_n_jobs() -> None:
     """Replica 2 of 3 fails; the redelivery re-plans the same ids and keys, so the exact-id layer absorbs
     replica 1 and only 2 and 3 are created: three jobs, never four."""
     store: dict[str, str] = {}
