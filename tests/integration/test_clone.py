@@ -1,6 +1,6 @@
-"""The forge clone (spec worker §1.4 steps 2-5): one commit at depth 1 from a real git smart-HTTP server, the
-token only ever in git's environment through a throw-away askpass helper, ``sha-gone`` refused, anything
-else a retried fault, and nothing from the worker's own git setup or the repository ever run."""
+"""The forge clone: one commit at depth 1 from a real git smart-HTTP server, the token only ever in git's
+environment through a throw-away askpass helper, ``sha-gone`` refused, anything else a retried fault, and
+nothing from the worker's own git setup or the repository ever run."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Forge jobs end to end (issue 7) through a real worker, Redis and Docker against stand-in forges: a token
-minted for the one repository, a clone of exactly the tip, the token only in its forge's container
-variables and nowhere on disk or in any argv, and the fixed sentences on the item (one per terminal
-refusal, paid stop or failure; nothing for a completed run or a retried attempt).
+"""Forge jobs end to end through a real worker, Redis and Docker against stand-in forges: a token minted for
+the one repository, a clone of exactly the tip, the token only in its forge's container variables and nowhere
+on disk or in any argv, and the fixed sentences on the item (one per terminal refusal, paid stop or failure;
+nothing for a completed run or a retried attempt).
 
 GitLab, Forgejo and Azure jobs are built by the router's own matchers from the real fixture payloads
 (mutated only to steer the test agent), so the worker sees exactly the shape the router enqueues.

@@ -177,7 +177,7 @@ async def test_event_the_router_cannot_act_on_is_204_even_with_issue_payload(
     assert await _stored(redis, keys) == []
 
 
-# Events the router can act on (DESIGN §6); written out here so the test pins the arm's set.
+# Events the router can act on; written out here so the test pins the arm's set.
 STORED_GITHUB_EVENTS = {"issues", "issue_comment", "pull_request", "pull_request_review"}
 
 

@@ -1,7 +1,8 @@
 """GitLab, Forgejo/Gitea and Azure DevOps through their arms, against a real redis-server.
 
-Every status row of spec ingest §1.4-§1.6 (with DESIGN §6's 202/204), the forges' real payloads, wrong
-forge secrets and modes, rotation, Redis stopped mid-test, and the process's boot refusals.
+Every status each arm answers (202 stored, 204 for an event the router cannot act on, each refusal), the
+forges' real payloads, wrong forge secrets and modes, rotation, Redis stopped mid-test, and the process's
+boot refusals.
 """
 
 from __future__ import annotations

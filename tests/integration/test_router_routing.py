@@ -1,6 +1,6 @@
-"""The router chooses each job's stream from the host registry (spec ingest §6): a job bound to a secret
-profile lands on a capable host's stream; everything else, and everything when the registry cannot
-help, lands on the shared stream ``pd:jobs``."""
+"""The router chooses each job's stream from the host registry: a job bound to a secret profile lands on a
+capable host's stream; everything else, and everything when the registry cannot help, lands on the shared
+stream ``pd:jobs``."""
 
 from __future__ import annotations
 

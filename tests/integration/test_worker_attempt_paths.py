@@ -1,7 +1,7 @@
-"""Every way one attempt can end short of its container's exit (spec worker §1.2, §1.6), with a real
-worker, Redis and Docker: a shutdown past its grace, Docker or Redis going away mid-run, and a bug. Each
-ends with exactly one record (at once or after the next pass), the budget slot given back exactly when
-nothing started, no job folder left behind, and never a second container."""
+"""Every way one attempt can end short of its container's exit, with a real worker, Redis and Docker: a
+shutdown past its grace, Docker or Redis going away mid-run, and a bug. Each ends with exactly one record (at
+once or after the next pass), the budget slot given back exactly when nothing started, no job folder left
+behind, and never a second container."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Crash safety of the worker (DESIGN.md §4) with real processes killed -9, a real Redis restarted with
-its append-only file, and real containers: nothing lost, nothing run twice, nothing paid twice."""
+"""Crash safety of the worker with real processes killed -9, a real Redis restarted with its append-only file,
+and real containers: nothing lost, nothing run twice, nothing paid twice."""
 
 from __future__ import annotations
 

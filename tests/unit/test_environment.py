@@ -1,4 +1,4 @@
-"""A job container's environment is a closed allowlist assigned in a fixed order (spec worker §2.4)."""
+"""A job container's environment is a closed allowlist assigned in a fixed order."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_a_non_rsa_key_is_refused() -> None:
         load_private_key(pem, "GITHUB_APP_PRIVATE_KEY_PATH")
 
 
-# --- classification (spec worker §1.4) -------------------------------------------------------------------
+# --- classification: which answers of the token endpoint are transient ---------------------------------
 
 
 @pytest.mark.parametrize(

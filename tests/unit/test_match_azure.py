@@ -1,4 +1,4 @@
-"""The Azure DevOps filter (spec §4.5) on real payloads, mutated per case (spec §7 33-34)."""
+"""The Azure DevOps filter on real payloads, mutated per case."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def run(payload: dict[str, Any], rules: Rules = RULES, *, self_ids: SelfIds = SE
     return decide(project(json.dumps(payload)), rules, self_ids, payload.get("id", "d"), authorized)
 
 
-# --- spec case 33 -------------------------------------------------------------------------------------
+# --- work-item tags: only an added allowlisted tag fires --------------------------------------------
 def test_a_tag_added_on_update_fires_with_the_rule_repository_and_a_hashed_actor() -> None:
     p = updated()
     decision = run(p)
@@ -112,7 +112,7 @@ def test_tags_match_exactly_and_case_sensitively() -> None:
     assert run(updated(old="", new="PI:GO")) == Drop("no-allowlisted-label")
 
 
-# --- spec case 34 -------------------------------------------------------------------------------------
+# --- identity: the harness itself, addresses, GUIDs and unknown events -----------------------------
 def test_the_harness_address_is_self_whatever_its_case() -> None:
     assert run(created(by="pi-dispatch <PI-BOT@Example.com>")) == Drop("self")
     assert run(created(by="pi-dispatch <PI-BOT@Example.com>"), authorized=False) == Drop("self")

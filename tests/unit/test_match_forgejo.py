@@ -1,4 +1,4 @@
-"""The Forgejo filter (spec §4.4) on go-playground's real Gitea payloads, mutated per case (§7 32)."""
+"""The Forgejo filter on go-playground's real Gitea payloads, mutated per case."""
 
 from __future__ import annotations
 

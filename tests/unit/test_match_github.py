@@ -1,4 +1,4 @@
-"""The GitHub filter (spec §4.2) on real octokit payloads, mutated where a case needs it (spec §7 15-27)."""
+"""The GitHub filter on real octokit payloads, mutated where a case needs it."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def decide_on(event: str, payload: dict[str, Any], rules: Rules, *, self_id: int
     return decide(event, project(json.dumps(payload)), rules, self_id, DELIVERY, closer)
 
 
-# --- spec case 20 (predicate matrix) and the issue-label route ---------------------------------------
+# --- the label predicate (any, all, none; file order) and the issue-label route ---------------------
 COMMENT = CommentRule(index=1, phrase="@pi", run=RunSpec(flow="triage"))
 MATRIX = rules_of(ForgeGroup(
     label=(label(2, any=("ai-fix", "urgent-fix"), all=("triaged",), none=("blocked", "wontfix"), flow="fix"),
@@ -174,7 +174,7 @@ def test_rules_of_another_forge_are_unreachable() -> None:
     assert decide_on("issues", labeled(["bug"]), rules) == Drop("no-allowlisted-label")
 
 
-# --- spec cases 15, 16: identity first, then the harness itself ---------------------------------------
+# --- identity first, then the harness itself ---------------------------------------------------------
 @pytest.mark.parametrize("sender", [None, {}, "7", "999", True, 7.5])
 def test_a_sender_id_that_is_not_an_integer_is_missing_sender_id(sender: Any) -> None:
     p = labeled(["ai-review"])
@@ -214,7 +214,7 @@ def test_without_a_self_identity_nothing_reads_as_self() -> None:
     assert isinstance(decide_on("issues", labeled(["ai-review"], sender=SELF_ID), MATRIX, self_id=None), Fire)
 
 
-# --- spec cases 17-19: comments -----------------------------------------------------------------------
+# --- comments ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("association", ["NONE", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "owner", ""])
 def test_a_comment_by_a_non_collaborator_is_author_not_allowed(association: str) -> None:
     assert decide_on("issue_comment", comment_payload("@pi go", association=association), MATRIX) == Drop(
@@ -276,7 +276,7 @@ def test_a_comment_on_a_pull_request_targets_it_without_head_or_base() -> None:
     assert job["flow"] == "triage"
 
 
-# --- spec cases 21-25: pull requests and reviews -----------------------------------------------------
+# --- pull requests and reviews -----------------------------------------------------------------------
 PRS = rules_of(ForgeGroup(pull_request=(
     pr(0, ("opened", "synchronize", "reopened"), flow="auto"),
     pr(1, ("labeled",), any=("pi:review",), flow="review"),
@@ -391,7 +391,7 @@ def test_a_pull_request_event_without_its_object_is_missing_pull_request() -> No
     assert decide_on("pull_request", p, PRS) == Drop("missing-pull-request")
 
 
-# --- spec cases 26, 27: close rules ------------------------------------------------------------------
+# --- close rules -------------------------------------------------------------------------------------
 def test_a_pr_close_with_no_close_rules_is_no_matching_close_trigger() -> None:
     decision = decide_on("pull_request", pr_payload("closed"), PRS, closer=True)
     assert decision == Drop("no-matching-close-trigger")

@@ -1,4 +1,4 @@
-"""The GitLab filter (spec §4.3) on go-playground's real GitLab payloads, mutated per case (§7 28-31)."""
+"""The GitLab filter on go-playground's real GitLab payloads, mutated per case."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_only_a_literal_true_verdict_passes_for_issue_mr_and_note(verdict: Any) 
         assert isinstance(run(payload, authorized=True), Fire)
 
 
-# --- spec case 28: labels are the diff ----------------------------------------------------------------
+# --- labels are the diff: only an added label fires ------------------------------------------------
 @pytest.mark.parametrize(
     ("changes", "outcome"),
     [
@@ -162,7 +162,7 @@ def test_added_labels_reads_the_diff_not_the_set() -> None:
     assert added_labels(subset) == frozenset({"b"})
 
 
-# --- spec case 30: merge requests and notes -----------------------------------------------------------
+# --- merge requests and notes ----------------------------------------------------------------------
 @pytest.mark.parametrize("action", ["open", "approved"])
 def test_an_unpredicated_mr_rule_fires_on_its_actions(action: str) -> None:
     decision = run(merge_request(action))
@@ -215,7 +215,7 @@ def test_a_note_on_an_issue_targets_the_issue_and_overrides_to_a_known_flow() ->
     assert run(note("nothing")) == Drop("no-trigger-phrase")
 
 
-# --- spec case 31: the job shape ----------------------------------------------------------------------
+# --- the job shape ---------------------------------------------------------------------------------
 def test_a_gitlab_job_carries_project_id_target_and_trigger_and_no_username() -> None:
     p = issue("update", labels=("pi:frontend",), changes=label_change((), ("pi:frontend",)))
     decision = run(p)

@@ -1,4 +1,4 @@
-"""The run-record mirror (spec worker §4.4, §8 case 36): window, index cap, reader pruning, merge."""
+"""The run-record mirror: window, index cap, reader pruning, merge."""
 
 from __future__ import annotations
 

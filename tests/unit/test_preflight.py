@@ -1,4 +1,4 @@
-"""Image preflight: which images may run which jobs (spec worker §2.3, §1.3 rows 5-6, §8 cases 11-13)."""
+"""Image preflight: which images may run which jobs."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_a_replica_job_needs_the_replicas_capability() -> None:
     assert image_refusal(facts(caps=("anyUid", "replicas")), job(replica=2), settings()) is None
 
 
-def test_capability_gates_refuse_in_the_specs_order() -> None:
+def test_capability_gates_refuse_replicas_commands_tools_models_then_cost_cap() -> None:
     everything = job(replica=1, command="review", exclude_tools=["bash"], models=["anthropic/claude-x"],
                      max_cost_usd="0")  # 0 is the tightest cap, not none
     expected = [

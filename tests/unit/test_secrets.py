@@ -1,4 +1,4 @@
-"""Secret profiles with real resolver executables (spec worker §6.1, §8 cases 17-21)."""
+"""Secret profiles with real resolver executables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Forgejo subset (spec §2.2) on go-playground's real Gitea payloads."""
+"""The Forgejo subset on go-playground's real Gitea payloads."""
 
 from __future__ import annotations
 

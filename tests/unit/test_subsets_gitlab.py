@@ -1,4 +1,4 @@
-"""The GitLab subset (spec §2.3) on go-playground's real GitLab payloads."""
+"""The GitLab subset on go-playground's real GitLab payloads."""
 
 from __future__ import annotations
 
