@@ -14,7 +14,7 @@ deliveries answered 2xx, stored (exactly once in ``<prefix>:events``), jobs enqu
         [--targets receiver,redis] [--keep]
 
 Exit 1 when any trial lost, doubled or paid twice (or stored a delivery twice); 0 otherwise. Ctrl-C stops
-the run and leaves no process or container behind. The implementation is ``tests/chaos_support.py``,
+the run and leaves no process or container behind. The implementation is ``tests/support/chaos.py``,
 shared with ``tests/integration/test_chaos.py``.
 """
 
@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 import aiodocker  # noqa: E402
 
 from pidispatch.worker.image import TEST_AGENT_SCRIPT, build_image  # noqa: E402
-from tests.chaos_support import (  # noqa: E402
+from tests.support.chaos import (  # noqa: E402
     HEADER,
     TARGETS,
     ChaosConfig,

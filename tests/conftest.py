@@ -8,7 +8,6 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,12 @@ import pytest
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
 from pidispatch.common.redis import Redis, create_redis
-from tests.fakeforge import FakeForge, github_forge, set_repo
-from tests.gitserver import GitServer, git_server
-from tests.helpers import RedisProcess
+from tests.support.forges import ISSUE_REPO, PAT, GithubStandIn, github_forge, set_repo
+from tests.support.gitserver import git_server
+from tests.support.processes import RedisProcess
+from tests.support.receiver import TEST_SECRET
 
 REQUIRE_DOCKER = os.environ.get("PD_REQUIRE_DOCKER") == "1"
-TEST_SECRET = "test-webhook-secret"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -114,23 +113,6 @@ def test_image(docker_available: bool) -> str:
     tag = "pd-test-agent:latest"
     asyncio.run(build_image(tag, TEST_AGENT_SCRIPT))
     return tag
-
-
-PAT = "ghp_test"  # the stand-in GitHub's accepted personal token
-ISSUE_REPO = "Codertocat/Hello-World"  # the repository of the octokit issues.labeled example
-
-
-@dataclass
-class GithubStandIn:
-    """A stand-in GitHub (API) and the git server its clone URLs point at, holding the repository of
-    ``tests.worker_support.issue_job`` with one commit on a protected ``main``."""
-
-    forge: FakeForge
-    git: GitServer
-    sha: str
-
-    def env(self) -> dict[str, str]:
-        return {"GITHUB_AUTH_SOURCE": "pat", "GITHUB_PAT": PAT, "GITHUB_API_URL": self.forge.url}
 
 
 @pytest.fixture

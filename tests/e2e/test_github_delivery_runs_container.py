@@ -17,8 +17,11 @@ import pytest
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
-from tests.conftest import TEST_SECRET, GithubStandIn
-from tests.helpers import FIXTURES, ServiceProcess, github_signature, wait_for
+from tests.support.forges import GithubStandIn
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
+from tests.support.receiver import TEST_SECRET, github_signature
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 import aiodocker
 import pytest
 
-from tests.conftest import GithubStandIn
-from tests.helpers import RedisProcess
+from tests.support.forges import GithubStandIn
+from tests.support.processes import RedisProcess
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""Spec ingest §4.6 row by row, against stand-in forges speaking the documented API shapes."""
+"""The router's authority lookups, answer by answer: each forge's permission or membership API read as
+allowed, refused or indeterminate (and what is cached and logged), against stand-in forges speaking the
+documented API shapes."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from pidispatch.router.lookup import (
     GitlabMember,
     Indeterminate,
 )
-from tests.fakeforge import (
+from tests.support.forges import (
     FakeForge,
     Scripted,
     azure_forge,

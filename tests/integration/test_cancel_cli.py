@@ -16,8 +16,9 @@ from pidispatch.common.models import job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import ensure_group, read_group
 from pidispatch.worker import control
-from tests.helpers import Cli, wait_for
-from tests.worker_support import issue_job
+from tests.support.cli import Cli
+from tests.support.polling import wait_for
+from tests.support.worker import issue_job
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 killing one target with SIGKILL mid-batch (receiver, router, worker, redis-server) and restarting it.
 Nothing answered 2xx may be lost, no job may run or be recorded twice, no job may be paid for twice.
 
-The long run is ``benchmarks/chaos.py`` (100 trials by default); both run ``tests/chaos_support.py``.
+The long run is ``benchmarks/chaos.py`` (100 trials by default); both run ``tests/support/chaos.py``.
 """
 
 from __future__ import annotations
@@ -11,14 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos_support import (
-    HEADER,
-    format_details,
-    format_row,
-    format_totals,
-    run_trials,
-    summarize,
-)
+from tests.support.chaos import HEADER, format_details, format_row, format_totals, run_trials, summarize
 
 # One trial per kill target, in this order. The seed fixes the kill moments, downtimes, post moments and
 # job lengths; this one was picked so that each kill lands in the thick of it: the worker's while its

@@ -1,6 +1,6 @@
-"""The forge clone (spec worker §1.4 steps 2-5): one commit at depth 1 from a real git smart-HTTP server, the
-token only ever in git's environment through a throw-away askpass helper, ``sha-gone`` refused, anything
-else a retried fault, and nothing from the worker's own git setup or the repository ever run."""
+"""The forge clone: one commit at depth 1 from a real git smart-HTTP server, the token only ever in git's
+environment through a throw-away askpass helper, ``sha-gone`` refused, anything else a retried fault, and
+nothing from the worker's own git setup or the repository ever run."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.clone import ASKPASS_NAME, CLONE_FAILED, SHA_GONE, clone_tip, hand_over
 from pidispatch.worker.outcome import InfraFault, Refusal
 from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
-from tests.gitserver import GitServer, git_server
-from tests.helpers import wait_for
+from tests.support.gitserver import GitServer, git_server
+from tests.support.polling import wait_for
 
 USERNAME = "x-access-token"
 IS_ROOT = os.geteuid() == 0

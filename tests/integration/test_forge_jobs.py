@@ -1,7 +1,7 @@
-"""Forge jobs end to end (issue 7) through a real worker, Redis and Docker against stand-in forges: a token
-minted for the one repository, a clone of exactly the tip, the token only in its forge's container
-variables and nowhere on disk or in any argv, and the fixed sentences on the item (one per terminal
-refusal, paid stop or failure; nothing for a completed run or a retried attempt).
+"""Forge jobs end to end through a real worker, Redis and Docker against stand-in forges: a token minted for
+the one repository, a clone of exactly the tip, the token only in its forge's container variables and nowhere
+on disk or in any argv, and the fixed sentences on the item (one per terminal refusal, paid stop or failure;
+nothing for a completed run or a retried attempt).
 
 GitLab, Forgejo and Azure jobs are built by the router's own matchers from the real fixture payloads
 (mutated only to steer the test agent), so the worker sees exactly the shape the router enqueues.
@@ -44,12 +44,21 @@ from pidispatch.router.subsets import azure as subset_azure
 from pidispatch.router.subsets import forgejo as subset_forgejo
 from pidispatch.router.subsets import gitlab as subset_gitlab
 from pidispatch.worker import sentences
-from tests.conftest import ISSUE_REPO, PAT, GithubStandIn
-from tests.fakeforge import FakeForge, azure_forge, forgejo_forge, gitlab_forge, posted, set_repo
-from tests.gitserver import GitServer, git_server
-from tests.helpers import load_fixture, wait_for
-from tests.unit.test_subsets_azure import WORKITEM_CREATED
-from tests.worker_support import enqueue, issue_job, record, running_worker
+from tests.support.forges import (
+    ISSUE_REPO,
+    PAT,
+    FakeForge,
+    GithubStandIn,
+    azure_forge,
+    forgejo_forge,
+    gitlab_forge,
+    posted,
+    set_repo,
+)
+from tests.support.gitserver import GitServer, git_server
+from tests.support.payloads import WORKITEM_CREATED, load_fixture
+from tests.support.polling import wait_for
+from tests.support.worker import enqueue, issue_job, record, running_worker
 
 Logs = list[dict[str, Any]]
 

@@ -13,7 +13,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.router import commands
-from tests.helpers import Cli
+from tests.support.cli import Cli
 
 
 @pytest.fixture

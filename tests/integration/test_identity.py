@@ -18,7 +18,7 @@ from pidispatch.common.forges import create_http, load_forge_config
 from pidispatch.common.github_auth import GithubAuth
 from pidispatch.router.identity import resolve_self_ids
 from pidispatch.router.lookup import SelfIds
-from tests.fakeforge import (
+from tests.support.forges import (
     FakeForge,
     azure_forge,
     disconnect,

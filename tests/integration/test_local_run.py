@@ -22,7 +22,7 @@ from pidispatch.worker.container import build_spec, container_name
 from pidispatch.worker.local import FolderFacts, inspect_folder, local_job_id, local_user
 from pidispatch.worker.runner import Abort, remove_job_containers, run_container
 from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace, remove_workspace
-from tests.helpers import wait_for
+from tests.support.polling import wait_for
 
 IS_ROOT = os.geteuid() == 0
 

@@ -18,8 +18,9 @@ from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.router.reroute import reroute_orphans
-from tests.helpers import ServiceProcess, wait_for
-from tests.worker_support import enqueue, issue_job
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
+from tests.support.worker import enqueue, issue_job
 
 FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100000"}
 
@@ -87,7 +88,7 @@ async def test_jobs_needing_a_profile_run_only_on_the_host_that_declares_it_and_
     assert not {e["job"] for e in plain.logged("job_started")} & {j.id for j in bound}
 
 
-async def test_a_job_no_live_host_can_serve_is_refused_with_the_specs_reason_not_forwarded(
+async def test_a_job_no_live_host_can_serve_is_refused_as_an_unknown_secret_profile_not_forwarded(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
     _, plain_env = hosts_env(env, tmp_path)

@@ -27,9 +27,10 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
-from tests.conftest import TEST_SECRET
-from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, github_signature, wait_for
-from tests.receiver_support import debug_logs, metric, octokit_examples, post_declaring
+from tests.support.payloads import FIXTURES, octokit_examples
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
+from tests.support.receiver import TEST_SECRET, debug_logs, github_signature, metric, post_declaring
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 PING = (FIXTURES / "github" / "ping.json").read_bytes()
@@ -176,7 +177,7 @@ async def test_event_the_router_cannot_act_on_is_204_even_with_issue_payload(
     assert await _stored(redis, keys) == []
 
 
-# Events the router can act on (DESIGN §6); written out here so the test pins the arm's set.
+# Events the router can act on; written out here so the test pins the arm's set.
 STORED_GITHUB_EVENTS = {"issues", "issue_comment", "pull_request", "pull_request_review"}
 
 

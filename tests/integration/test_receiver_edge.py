@@ -19,8 +19,9 @@ import pytest
 
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, RECEIVER_HEADER_TIMEOUT_S
-from tests.conftest import TEST_SECRET
-from tests.helpers import FIXTURES, github_signature, wait_for
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.receiver import TEST_SECRET, github_signature
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 FD_LIMIT = 256

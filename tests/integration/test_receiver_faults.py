@@ -25,13 +25,16 @@ from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
 from pidispatch.receiver.spool import SPOOL_FILE, Spool
-from tests.conftest import TEST_SECRET
-from tests.helpers import FIXTURES, RedisProcess, github_signature, wait_for
-from tests.receiver_support import (
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess
+from tests.support.receiver import (
+    TEST_SECRET,
     azure_basic_env,
     azure_basic_headers,
     forgejo_env,
     forgejo_headers,
+    github_signature,
     gitlab_token_env,
     gitlab_token_headers,
     metric,

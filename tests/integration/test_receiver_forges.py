@@ -1,7 +1,8 @@
 """GitLab, Forgejo/Gitea and Azure DevOps through their arms, against a real redis-server.
 
-Every status row of spec ingest §1.4-§1.6 (with DESIGN §6's 202/204), the forges' real payloads, wrong
-forge secrets and modes, rotation, Redis stopped mid-test, and the process's boot refusals.
+Every status each arm answers (202 stored, 204 for an event the router cannot act on, each refusal), the
+forges' real payloads, wrong forge secrets and modes, rotation, Redis stopped mid-test, and the process's
+boot refusals.
 """
 
 from __future__ import annotations
@@ -26,20 +27,20 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
-from tests.conftest import TEST_SECRET
-from tests.helpers import RedisProcess, ServiceProcess, wait_for
-from tests.receiver_support import (
+from tests.support.payloads import fixture_bytes, fixture_paths
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
+from tests.support.receiver import (
     AZURE_BASIC_SECRET,
     FORGEJO_SECRET,
     GITLAB_SIGNING_TOKEN,
     GITLAB_TOKEN_SECRET,
+    TEST_SECRET,
     azure_basic_env,
     azure_basic_headers,
     azure_header_env,
     azure_header_headers,
     debug_logs,
-    fixture_bytes,
-    fixture_paths,
     forgejo_env,
     forgejo_headers,
     github_headers,

@@ -24,7 +24,8 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
-from tests.receiver_support import (
+from tests.support.payloads import fixture_bytes
+from tests.support.receiver import (
     AZURE_BASIC_SECRET,
     AZURE_HEADER_NAME,
     AZURE_HEADER_SECRET,
@@ -34,7 +35,6 @@ from tests.receiver_support import (
     GITLAB_TOKEN_SECRET,
     azure_basic_env,
     azure_header_env,
-    fixture_bytes,
     forgejo_env,
     forgejo_headers,
     github_headers,

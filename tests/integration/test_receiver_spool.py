@@ -20,9 +20,10 @@ from pidispatch.common.embedded import find_redis_server, free_port, redis_serve
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.receiver.spool import SPOOL_FILE
-from tests.conftest import TEST_SECRET
-from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, github_signature, wait_for
-from tests.receiver_support import metric
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
+from tests.support.receiver import TEST_SECRET, github_signature, metric
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 DELIVERIES = 200

@@ -16,7 +16,7 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.streams import ensure_group, read_group
 from pidispatch.router.reroute import reroute_orphans, run_rerouter
-from tests.helpers import wait_for
+from tests.support.polling import wait_for
 
 
 def forge_job(*, profile: str | None = None) -> Job:

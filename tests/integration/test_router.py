@@ -25,7 +25,9 @@ from pidispatch.router import pipeline
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
 from pidispatch.router.trim import choose_minid, trim_events
-from tests.helpers import FIXTURES, RedisProcess, ServiceProcess, wait_for
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
 
 LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # issue #1, label "bug"
 BUG_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}

@@ -12,7 +12,9 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from tests.helpers import FIXTURES, ServiceProcess, wait_for
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
 
 LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # label "bug", issue #1
 BUG_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}

@@ -19,7 +19,8 @@ from pidispatch.router.lookup import Authorized, GitlabMember, Indeterminate, Qu
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import parse_triggers
-from tests.helpers import load_fixture, wait_for
+from tests.support.payloads import load_fixture
+from tests.support.polling import wait_for
 
 NOTE_RULE = {"on": {"type": "comment", "phrase": "@pi"}, "run": {"kind": "gitlab", "flow": "fix"}}
 

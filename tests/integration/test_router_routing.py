@@ -1,6 +1,6 @@
-"""The router chooses each job's stream from the host registry (spec ingest §6): a job bound to a secret
-profile lands on a capable host's stream; everything else, and everything when the registry cannot
-help, lands on the shared stream ``pd:jobs``."""
+"""The router chooses each job's stream from the host registry: a job bound to a secret profile lands on a
+capable host's stream; everything else, and everything when the registry cannot help, lands on the shared
+stream ``pd:jobs``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
-from tests.helpers import FIXTURES, wait_for
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
 
 LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # issue #1, label "bug"
 PLAIN_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}

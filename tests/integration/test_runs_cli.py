@@ -173,7 +173,7 @@ def test_control_characters_in_a_record_cannot_drive_the_terminal(
     assert "?]0;owned??[2J" in out
 
 
-# ---- the fleet view (spec worker §4.4) ---------------------------------------------------------------
+# ---- the fleet view: this host's records and the rows other hosts mirrored -------------------------
 
 
 def test_files_of_this_host_and_mirror_rows_of_another_are_listed_together(

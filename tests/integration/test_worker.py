@@ -20,8 +20,9 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, create_redis
-from tests.helpers import RedisProcess, wait_for
-from tests.worker_support import DockerSocketProxy, enqueue, issue_job, record, running_worker
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess
+from tests.support.worker import DockerSocketProxy, enqueue, issue_job, record, running_worker
 
 
 async def job_containers(docker: aiodocker.Docker, job: Job) -> list[Any]:

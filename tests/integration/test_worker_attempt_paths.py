@@ -1,7 +1,7 @@
-"""Every way one attempt can end short of its container's exit (spec worker §1.2, §1.6), with a real
-worker, Redis and Docker: a shutdown past its grace, Docker or Redis going away mid-run, and a bug. Each
-ends with exactly one record (at once or after the next pass), the budget slot given back exactly when
-nothing started, no job folder left behind, and never a second container."""
+"""Every way one attempt can end short of its container's exit, with a real worker, Redis and Docker: a
+shutdown past its grace, Docker or Redis going away mid-run, and a bug. Each ends with exactly one record (at
+once or after the next pass), the budget slot given back exactly when nothing started, no job folder left
+behind, and never a second container."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from pidispatch.common.models import text
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.worker import budget, ladder
 from pidispatch.worker.runner import RunResult
-from tests.helpers import RedisProcess, wait_for
-from tests.worker_support import (
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess
+from tests.support.worker import (
     DockerSocketProxy,
     container_starts,
     enqueue,

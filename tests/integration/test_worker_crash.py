@@ -1,5 +1,5 @@
-"""Crash safety of the worker (DESIGN.md §4) with real processes killed -9, a real Redis restarted with
-its append-only file, and real containers: nothing lost, nothing run twice, nothing paid twice."""
+"""Crash safety of the worker with real processes killed -9, a real Redis restarted with its append-only file,
+and real containers: nothing lost, nothing run twice, nothing paid twice."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job, decode_fields
 from pidispatch.common.redis import Redis, create_redis
-from tests.helpers import RedisProcess, ServiceProcess, wait_for
-from tests.worker_support import enqueue, issue_job, kill_tree
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
+from tests.support.worker import enqueue, issue_job, kill_tree
 
 # Short liveness so a dead host's row expires in a second or two instead of 90 s.
 FAST_LIVENESS = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500"}

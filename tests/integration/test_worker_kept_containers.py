@@ -1,6 +1,6 @@
-"""Outcomes survive the worker (issue 11): job containers are kept after their exit until their record is
-written, so a worker killed -9 at any moment and restarted under the same name records each job's true
-outcome from its container, starts no container twice, and removes every container after its record."""
+"""Outcomes survive the worker: job containers are kept after their exit until their record is written, so a
+worker killed -9 at any moment and restarted under the same name records each job's true outcome from its
+container, starts no container twice, and removes every container after its record."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis
-from tests.helpers import ServiceProcess, wait_for
-from tests.worker_support import (
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
+from tests.support.worker import (
     container_starts,
     enqueue,
     git_repo,

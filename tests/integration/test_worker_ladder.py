@@ -24,8 +24,8 @@ from pidispatch.common.runtime import now_ms
 from pidispatch.worker.control import cancel_job
 from pidispatch.worker.image import CAPABILITIES_LABEL, FORGES_LABEL, TEST_AGENT_SCRIPT, build_image
 from pidispatch.worker.local import local_job_id
-from tests.helpers import wait_for
-from tests.worker_support import enqueue, git_repo, issue_job, record, running_worker
+from tests.support.polling import wait_for
+from tests.support.worker import enqueue, git_repo, issue_job, record, running_worker
 
 
 def today_budget(keys: Keys) -> str:

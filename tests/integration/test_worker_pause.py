@@ -13,8 +13,8 @@ import structlog
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.worker.service import PAUSE_CHECK_S
-from tests.helpers import wait_for
-from tests.worker_support import enqueue, issue_job, record, running_worker
+from tests.support.polling import wait_for
+from tests.support.worker import enqueue, issue_job, record, running_worker
 
 
 def cli(environment: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,8 +15,8 @@ import structlog
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.worker.history import build_record, write_record
-from tests.helpers import wait_for
-from tests.worker_support import issue_job, running_worker
+from tests.support.polling import wait_for
+from tests.support.worker import issue_job, running_worker
 
 
 async def _exists(docker: aiodocker.Docker, container_id: str) -> bool:

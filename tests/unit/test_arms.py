@@ -24,7 +24,7 @@ from pidispatch.receiver.arms import (
     normalise_path,
 )
 from pidispatch.receiver.config import ReceiverConfig, load_receiver_config
-from tests.receiver_support import (
+from tests.support.receiver import (
     AZURE_BASIC_SECRET,
     AZURE_HEADER_NAME,
     AZURE_HEADER_SECRET,

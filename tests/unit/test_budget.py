@@ -1,4 +1,4 @@
-"""Spend windows on a real Redis (spec worker §5.7, §8 cases 3, 4, 9)."""
+"""Spend windows on a real Redis: caps, the soft hold before them, releases and counter expiry."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pidispatch.worker.container import (
     resolve_image,
     to_docker_config,
 )
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 
 def issue_job(**overrides: object) -> Job:

@@ -14,7 +14,8 @@ from pidispatch.common.delayed import UNUSABLE_ENVELOPE, Envelope
 from pidispatch.common.keys import JOB_STATE_TTL_S, WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.streams import ensure_group, read_group
-from tests.helpers import RedisProcess, wait_for
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess
 
 
 def entry_fields(job_id: str, attempt: int = 2, **extra: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""A job container's environment is a closed allowlist assigned in a fixed order (spec worker §2.4)."""
+"""A job container's environment is a closed allowlist assigned in a fixed order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.environment import container_env
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 NAME = "pi-job-gh-1"
 # A worker's environment: secrets, infrastructure, steering variables and values the job must not see.

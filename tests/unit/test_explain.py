@@ -22,7 +22,7 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 SELF = SelfIds(github=999, gitlab=999)
 LOGIN = "secret-login-octocat"

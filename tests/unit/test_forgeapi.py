@@ -28,7 +28,7 @@ from pidispatch.worker.forgeapi import (
     strip_username,
 )
 from pidispatch.worker.outcome import InfraFault
-from tests.fakeforge import (
+from tests.support.forges import (
     TIP_SHA,
     FakeForge,
     azure_forge,
@@ -294,7 +294,7 @@ async def test_protected_tip_reports_a_protection_lookup_failure(case: Case) -> 
     assert fault.value.reason == RATE_LIMITED
 
 
-# --- protection (spec worker §1.3 row 14) ----------------------------------------------------------------
+# --- protection: is the default branch protected ----------------------------------------------------
 
 
 async def test_a_protected_default_branch_is_protected(case: Case) -> None:
@@ -357,7 +357,7 @@ async def test_azure_counts_only_enabled_blocking_policies(http: aiohttp.ClientS
         assert len(fake.calls("repository")) == 1  # the repository id is looked up once
 
 
-# --- comments (spec worker §1.5) -------------------------------------------------------------------------
+# --- comments: one sentence on the job's item ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("target_type", ["issue", "pull_request"])

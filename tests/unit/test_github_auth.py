@@ -27,7 +27,7 @@ from pidispatch.common.github_auth import (
     repo_name,
     require_token,
 )
-from tests.fakeforge import FakeForge, disconnect, github_forge, raw, reply
+from tests.support.forges import FakeForge, disconnect, github_forge, raw, reply
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_a_non_rsa_key_is_refused() -> None:
         load_private_key(pem, "GITHUB_APP_PRIVATE_KEY_PATH")
 
 
-# --- classification (spec worker §1.4) -------------------------------------------------------------------
+# --- classification: which answers of the token endpoint are transient ---------------------------------
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from pidispatch.worker.history import (
     write_record,
 )
 from pidispatch.worker.jobname import MAX_NAME, job_file_name
-from tests.helpers import wait_for
+from tests.support.polling import wait_for
 
 TITLE = "Spelling error in the README file"
 BODY = "It looks like you accidently spelled 'commit' with two 't's."

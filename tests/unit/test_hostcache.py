@@ -1,5 +1,5 @@
-"""pidispatch.common.registry.HostCache: the router's view of the registry (spec ingest §7 case 37):
-cached 5 s, one read in flight, a failed read cached as [] and logged once per transition."""
+"""pidispatch.common.registry.HostCache: the router's view of the registry: cached 5 s, one read in flight, a
+failed read cached as [] and logged once per transition."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def test_semantic_key(j: Job, key: str) -> None:
 
 
 def test_replicas_fan_out_to_suffixed_ids_and_distinct_dedup_keys() -> None:
-    """Spec §7 case 35."""
+    """Each replica gets its own suffixed id and dedup key; all share one enqueue time."""
     pairs = planned(job(replicas=2), enqueued_at=1_700_000_000_000)
     assert [j.id for j, _ in pairs] == [f"gh-{D}-r1", f"gh-{D}-r2"]
     assert [(j.replica, j.replicas) for j, _ in pairs] == [(1, 2), (2, 2)]
@@ -94,7 +94,7 @@ def test_build_job_copies_an_allow_list_of_run_fields_and_leaves_unset_ones_abse
     assert j.secrets is not run.secrets
 
 
-def test_build_job_carries_every_execution_field_of_spec_5_1() -> None:
+def test_build_job_carries_every_execution_field_of_the_run_rule() -> None:
     run = RunSpec(flow="fix", backend="local", exclude_tools=("bash",), provider="openai", model="gpt-x",
                   max_turns=10, models=("openai/gpt-x",), max_cost_usd="0.50",
                   wait_for=({"after": "2026-09-01T09:00:00Z"}, {"profile": "jira"}))
@@ -140,7 +140,7 @@ def test_pull_request_keys_use_the_forge_separator_and_issues_always_hash(kind: 
 
 
 def test_two_deliveries_about_one_item_and_flow_share_a_semantic_key() -> None:
-    """Spec §7 36's premise: a second delivery in the window finds the first one's key."""
+    """A second delivery in the dedup window finds the first one's key."""
     first = job()
     second = msgspec.structs.replace(job(), id=job_id("github", "another-delivery"))
     assert first.id != second.id and semantic_key(first) == semantic_key(second)
@@ -152,7 +152,7 @@ def test_every_forge_fans_out_replicas_the_same_way(kind: str, prefix: str) -> N
     assert ids == [f"{prefix}{D}-r1", f"{prefix}{D}-r2", f"{prefix}{D}-r3"]
 
 
-def test_spec35_a_fan_out_that_failed_part_way_converges_on_exactly_n_jobs() -> None:
+def test_a_fan_out_that_failed_part_way_converges_on_exactly_n_jobs() -> None:
     """Replica 2 of 3 fails; the redelivery re-plans the same ids and keys, so the exact-id layer absorbs
     replica 1 and only 2 and 3 are created: three jobs, never four."""
     store: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""The Azure DevOps filter (spec §4.5) on real payloads, mutated per case (spec §7 33-34)."""
+"""The Azure DevOps filter on real payloads, mutated per case."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from pidispatch.router.match.azure import decide, stable_actor_id
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
 from pidispatch.router.subsets.azure import project
-from tests.helpers import load_fixture
-from tests.unit.test_subsets_azure import WORKITEM_COMMENTED, WORKITEM_CREATED, WORKITEM_UPDATED
+from tests.support.payloads import WORKITEM_COMMENTED, WORKITEM_CREATED, WORKITEM_UPDATED, load_fixture
 
 SELF = SelfIds(azure_id="0f0f0f0f-0000-4000-8000-00000000beef", azure_email="pi-bot@example.com")
 EMAIL = "dev@example.com"
@@ -69,8 +68,8 @@ def run(payload: dict[str, Any], rules: Rules = RULES, *, self_ids: SelfIds = SE
     return decide(project(json.dumps(payload)), rules, self_ids, payload.get("id", "d"), authorized)
 
 
-# --- spec case 33 -------------------------------------------------------------------------------------
-def test_spec33_a_tag_added_on_update_fires_with_the_rule_repository() -> None:
+# --- work-item tags: only an added allowlisted tag fires --------------------------------------------
+def test_a_tag_added_on_update_fires_with_the_rule_repository_and_a_hashed_actor() -> None:
     p = updated()
     decision = run(p)
     assert isinstance(decision, Fire)
@@ -90,11 +89,11 @@ def test_spec33_a_tag_added_on_update_fires_with_the_rule_repository() -> None:
     assert isinstance(again, Fire) and again.job.trigger.sender.id == sender  # type: ignore[union-attr]
 
 
-def test_spec33_a_title_only_change_is_no_label_change() -> None:
+def test_a_title_only_change_is_no_label_change() -> None:
     assert run(updated(old=None, new=None)) == Drop("no-label-change")
 
 
-def test_spec33_a_removal_is_no_label_change() -> None:
+def test_a_tag_removal_is_no_label_change() -> None:
     assert run(updated(old="pi:go;other", new="other")) == Drop("no-label-change")
 
 
@@ -102,7 +101,7 @@ def test_a_first_tag_on_an_untagged_item_has_no_old_value_and_still_fires() -> N
     assert isinstance(run(updated(old=None, new="pi:go")), Fire)
 
 
-def test_spec33_a_created_work_item_carrying_the_tag_fires() -> None:
+def test_a_created_work_item_carrying_the_tag_fires() -> None:
     decision = run(created("other; pi:go"))
     assert isinstance(decision, Fire)
     assert decision.job.trigger.action == "created"  # type: ignore[union-attr]
@@ -113,17 +112,17 @@ def test_tags_match_exactly_and_case_sensitively() -> None:
     assert run(updated(old="", new="PI:GO")) == Drop("no-allowlisted-label")
 
 
-# --- spec case 34 -------------------------------------------------------------------------------------
-def test_spec34_the_harness_address_is_self_whatever_its_case() -> None:
+# --- identity: the harness itself, addresses, GUIDs and unknown events -----------------------------
+def test_the_harness_address_is_self_whatever_its_case() -> None:
     assert run(created(by="pi-dispatch <PI-BOT@Example.com>")) == Drop("self")
     assert run(created(by="pi-dispatch <PI-BOT@Example.com>"), authorized=False) == Drop("self")
 
 
-def test_spec34_an_address_in_the_display_name_is_not_the_actor() -> None:
+def test_an_address_in_the_display_name_is_not_the_actor() -> None:
     assert isinstance(run(created(by="pi-bot@example.com is not me <mallory@evil.test>")), Fire)
 
 
-def test_spec34_a_guid_only_identity_never_matches_address_actors() -> None:
+def test_a_guid_only_identity_never_matches_address_actors() -> None:
     guid_only = SelfIds(azure_id="self-guid", azure_email=None)
     assert isinstance(run(created(by="pi-dispatch <pi-bot@example.com>"), self_ids=guid_only), Fire)
     pr = load_fixture("azuredevops/git.pullrequest.created.json")
@@ -132,7 +131,7 @@ def test_spec34_a_guid_only_identity_never_matches_address_actors() -> None:
     assert isinstance(run(pr, self_ids=SelfIds(azure_id="", azure_email="")), Fire)
 
 
-def test_spec34_unknown_events_are_unhandled() -> None:
+def test_unknown_events_are_unhandled_after_the_identity_step() -> None:
     push = load_fixture("azuredevops/git.push.json")
     push["resource"]["createdBy"] = {"id": "54d125f7-69f7-4191-904f-c5b96b6261c8"}
     assert run(push) == Drop("unhandled-event")

@@ -1,4 +1,4 @@
-"""``find_close_rule`` (spec §4.1): first armed rule, and the two refusal reasons."""
+"""``find_close_rule``: first armed rule, and the two refusal reasons."""
 
 from __future__ import annotations
 

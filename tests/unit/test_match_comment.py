@@ -1,4 +1,4 @@
-"""The comment phrase and flow override shared by every forge (spec §4.1)."""
+"""The comment phrase and flow override shared by every forge."""
 
 from __future__ import annotations
 

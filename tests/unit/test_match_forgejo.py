@@ -1,4 +1,4 @@
-"""The Forgejo filter (spec §4.4) on go-playground's real Gitea payloads, mutated per case (§7 32)."""
+"""The Forgejo filter on go-playground's real Gitea payloads, mutated per case."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pidispatch.router.rules import (
     RunSpec,
 )
 from pidispatch.router.subsets.forgejo import project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999
 DELIVERY = "6f0d2b3a-1e7c-4c55-8a0e-8d0b5f0e9a21"
@@ -75,7 +75,7 @@ def run(event: str, payload: dict[str, Any], rules: Rules = RULES, authorized: A
     return decide(event, project(json.dumps(payload)), rules, SELF_ID, DELIVERY, authorized)
 
 
-def test_spec32_label_updated_with_the_label_fires_with_the_raw_word() -> None:
+def test_label_updated_with_the_label_fires_with_the_raw_action_word() -> None:
     decision = run("issues", gitea("issue-label-event", labels=("pi:go",)))
     assert isinstance(decision, Fire)
     job = msgspec.json.decode(encode_job(decision.job))
@@ -87,18 +87,18 @@ def test_spec32_label_updated_with_the_label_fires_with_the_raw_word() -> None:
 
 
 @pytest.mark.parametrize("action", ["label_cleared", "edited", "assigned", "milestoned", "reviewed"])
-def test_spec32_recognised_but_ignored_words_are_action_not_actionable(action: str) -> None:
+def test_recognised_but_ignored_action_words_are_action_not_actionable(action: str) -> None:
     assert run("issues", gitea("issue-label-event", action=action, labels=("pi:go",))) == Drop(
         "action-not-actionable")
 
 
 @pytest.mark.parametrize("action", ["labeled", "synchronize", "banana", ""])
-def test_spec32_unknown_words_are_unhandled_event(action: str) -> None:
+def test_unknown_action_words_are_unhandled_event(action: str) -> None:
     p = gitea("issue-label-event", action=action, labels=("pi:go",))
     assert run("issues", p) == Drop("unhandled-event")
 
 
-def test_spec32_a_rule_keyed_on_synchronized_fires_on_a_pr_sync() -> None:
+def test_a_rule_keyed_on_synchronized_fires_on_a_pr_sync() -> None:
     decision = run("pull_request", gitea("pull-request-event", action="synchronized"))
     assert isinstance(decision, Fire) and decision.index == 2
     assert decision.job.trigger.matched.action == "synchronized"  # type: ignore[union-attr]
@@ -107,7 +107,7 @@ def test_spec32_a_rule_keyed_on_synchronized_fires_on_a_pr_sync() -> None:
         "ref": head["ref"], "sha": head["sha"], "repo": {"full_name": head["repo"]["full_name"]}}
 
 
-def test_spec32_a_comment_with_is_pull_targets_the_pull_request() -> None:
+def test_a_comment_with_is_pull_targets_the_pull_request() -> None:
     p = gitea("pull-request-comment-event")
     p["comment"]["body"] = "@pi please"
     decision = run("issue_comment", p)

@@ -1,4 +1,4 @@
-"""The GitHub filter (spec §4.2) on real octokit payloads, mutated where a case needs it (spec §7 15-27)."""
+"""The GitHub filter on real octokit payloads, mutated where a case needs it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pidispatch.router.rules import (
     RunSpec,
 )
 from pidispatch.router.subsets.github import project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999
 DELIVERY = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
@@ -81,7 +81,7 @@ def decide_on(event: str, payload: dict[str, Any], rules: Rules, *, self_id: int
     return decide(event, project(json.dumps(payload)), rules, self_id, DELIVERY, closer)
 
 
-# --- spec case 20 (predicate matrix) and the issue-label route ---------------------------------------
+# --- the label predicate (any, all, none; file order) and the issue-label route ---------------------
 COMMENT = CommentRule(index=1, phrase="@pi", run=RunSpec(flow="triage"))
 MATRIX = rules_of(ForgeGroup(
     label=(label(2, any=("ai-fix", "urgent-fix"), all=("triaged",), none=("blocked", "wontfix"), flow="fix"),
@@ -113,7 +113,9 @@ def labeled(labels: list[str] | None = None, *, action: str = "labeled", sender:
         (["ai-review"], 5, "ai-review"),
     ],
 )
-def test_spec20_predicate_matrix(labels: list[str], index: int | None, matched: str | None) -> None:
+def test_a_label_rule_fires_on_any_plus_all_unless_none_and_the_first_rule_in_file_order_wins(
+    labels: list[str], index: int | None, matched: str | None
+) -> None:
     decision = decide_on("issues", labeled(labels), MATRIX)
     if index is None:
         assert decision == Drop("no-allowlisted-label")
@@ -123,7 +125,7 @@ def test_spec20_predicate_matrix(labels: list[str], index: int | None, matched: 
     assert (m.index, m.type, m.label) == (index, "label", matched)
 
 
-def test_spec20_an_all_only_rule_reports_its_first_all_label() -> None:
+def test_an_all_only_label_rule_reports_its_first_all_label() -> None:
     rules = rules_of(ForgeGroup(label=(label(0, all=("triaged", "approved"), flow="go"),)))
     decision = decide_on("issues", labeled(["approved", "triaged"]), rules)
     assert isinstance(decision, Fire)
@@ -135,7 +137,7 @@ def test_opened_labeled_and_reopened_take_the_issue_label_route(action: str) -> 
     assert isinstance(decide_on("issues", labeled(["ai-review"], action=action), MATRIX), Fire)
 
 
-def test_spec1_the_fired_job_has_the_spec_shape() -> None:
+def test_a_labelled_issue_fires_a_job_with_target_flow_trigger_image_and_secrets_and_no_login() -> None:
     """Issue #42 labelled pi:frontend by sender 1 → job gh-<delivery>, target issue #42, no login."""
     rules = rules_of(ForgeGroup(label=(label(1, any=("pi:frontend",), flow="frontend-fix", image="agent:2",
                                              secrets={"API_KEY": "op://v/k"}),)), cron=0)
@@ -172,9 +174,9 @@ def test_rules_of_another_forge_are_unreachable() -> None:
     assert decide_on("issues", labeled(["bug"]), rules) == Drop("no-allowlisted-label")
 
 
-# --- spec cases 15, 16: identity first, then the harness itself ---------------------------------------
+# --- identity first, then the harness itself ---------------------------------------------------------
 @pytest.mark.parametrize("sender", [None, {}, "7", "999", True, 7.5])
-def test_spec15_a_sender_id_that_is_not_an_integer_is_missing_sender_id(sender: Any) -> None:
+def test_a_sender_id_that_is_not_an_integer_is_missing_sender_id(sender: Any) -> None:
     p = labeled(["ai-review"])
     if sender is None:
         del p["sender"]["id"]
@@ -183,7 +185,7 @@ def test_spec15_a_sender_id_that_is_not_an_integer_is_missing_sender_id(sender: 
     assert decide_on("issues", p, MATRIX) == Drop("missing-sender-id")
 
 
-def test_spec15_a_missing_sender_object_is_missing_sender_id() -> None:
+def test_a_missing_sender_object_is_missing_sender_id() -> None:
     p = labeled(["ai-review"])
     del p["sender"]
     assert decide_on("issues", p, MATRIX) == Drop("missing-sender-id")
@@ -202,7 +204,7 @@ def comment_payload(body: str, *, association: str = "COLLABORATOR", sender: int
     return p
 
 
-def test_spec16_the_harness_own_comment_is_self_even_as_owner() -> None:
+def test_the_harness_own_comment_or_label_is_self_even_as_owner() -> None:
     own = comment_payload("@pi go", association="OWNER", sender=SELF_ID)
     assert decide_on("issue_comment", own, MATRIX) == Drop("self")
     assert decide_on("issues", labeled(["nothing"], sender=SELF_ID), MATRIX) == Drop("self")
@@ -212,9 +214,9 @@ def test_without_a_self_identity_nothing_reads_as_self() -> None:
     assert isinstance(decide_on("issues", labeled(["ai-review"], sender=SELF_ID), MATRIX, self_id=None), Fire)
 
 
-# --- spec cases 17-19: comments -----------------------------------------------------------------------
+# --- comments ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("association", ["NONE", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "owner", ""])
-def test_spec17_a_comment_by_a_non_collaborator_is_author_not_allowed(association: str) -> None:
+def test_a_comment_by_a_non_collaborator_is_author_not_allowed(association: str) -> None:
     assert decide_on("issue_comment", comment_payload("@pi go", association=association), MATRIX) == Drop(
         "author-not-allowed")
 
@@ -234,7 +236,9 @@ FLOWS = rules_of(ForgeGroup(comment=CommentRule(index=4, phrase="@pi", run=RunSp
         ("@PI frontend-fix", "triage", "no-trigger-phrase"),  # case-sensitive
     ],
 )
-def test_spec18_comment_flow_and_known_flow_override(body: str, default: str | None, outcome: str) -> None:
+def test_a_known_flow_after_the_case_sensitive_phrase_overrides_the_comment_rule_flow(
+    body: str, default: str | None, outcome: str
+) -> None:
     rule = CommentRule(index=4, phrase="@pi", run=RunSpec(flow=default))
     rules = msgspec.structs.replace(FLOWS, github=ForgeGroup(comment=rule))
     decision = decide_on("issue_comment", comment_payload(body), rules)
@@ -261,7 +265,7 @@ def test_no_comment_rule_is_no_trigger_phrase() -> None:
     assert decide_on("issue_comment", comment_payload("@pi fix"), rules) == Drop("no-trigger-phrase")
 
 
-def test_spec19_a_comment_on_a_pull_request_targets_it_without_head_or_base() -> None:
+def test_a_comment_on_a_pull_request_targets_it_without_head_or_base() -> None:
     p = comment_payload("@pi go", on_pr=True, number=55)
     decision = decide_on("issue_comment", p, MATRIX)
     assert isinstance(decision, Fire)
@@ -272,7 +276,7 @@ def test_spec19_a_comment_on_a_pull_request_targets_it_without_head_or_base() ->
     assert job["flow"] == "triage"
 
 
-# --- spec cases 21-25: pull requests and reviews -----------------------------------------------------
+# --- pull requests and reviews -----------------------------------------------------------------------
 PRS = rules_of(ForgeGroup(pull_request=(
     pr(0, ("opened", "synchronize", "reopened"), flow="auto"),
     pr(1, ("labeled",), any=("pi:review",), flow="review"),
@@ -293,12 +297,12 @@ def pr_payload(action: str, *, author: str | None = "COLLABORATOR", labels: list
 
 
 @pytest.mark.parametrize("author", ["NONE", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", None])
-def test_spec21_an_auto_action_by_a_non_collaborator_is_pr_author_not_allowed(author: str | None) -> None:
+def test_an_opened_pr_by_a_non_collaborator_is_pr_author_not_allowed(author: str | None) -> None:
     decision = decide_on("pull_request", pr_payload("opened", author=author), PRS)
     assert decision == Drop("pr-author-not-allowed")
 
 
-def test_spec21_an_auto_action_by_a_collaborator_fires_with_head_and_base() -> None:
+def test_an_opened_pr_by_a_collaborator_fires_with_head_and_base() -> None:
     p = pr_payload("opened")
     decision = decide_on("pull_request", p, PRS)
     assert isinstance(decision, Fire)
@@ -315,7 +319,7 @@ def test_synchronize_and_reopened_take_the_same_gate() -> None:
     assert decide_on("pull_request", stranger, PRS) == Drop("pr-author-not-allowed")
 
 
-def test_spec22_a_label_on_a_stranger_pr_is_the_approval() -> None:
+def test_a_matching_label_on_a_stranger_pr_is_the_approval_to_run_it() -> None:
     decision = decide_on("pull_request", pr_payload("labeled", author="NONE", labels=["pi:review"]), PRS)
     assert isinstance(decision, Fire) and decision.index == 1
     chore = pr_payload("labeled", author="NONE", labels=["chore"])
@@ -331,7 +335,7 @@ def review_payload(*, pr_author: str = "NONE", reviewer: str = "COLLABORATOR", s
     return p
 
 
-def test_spec23_a_review_is_gated_on_the_reviewer_not_the_pr_author() -> None:
+def test_a_review_is_gated_on_the_reviewer_not_the_pr_author() -> None:
     p = review_payload()
     decision = decide_on("pull_request_review", p, PRS)
     assert isinstance(decision, Fire)
@@ -356,7 +360,9 @@ def test_spec23_a_review_is_gated_on_the_reviewer_not_the_pr_author() -> None:
         ("commented", "", "NONE", "review-author-not-allowed"),  # security before content
     ],
 )
-def test_spec24_review_body_rules(state: str, body: str | None, reviewer: str, outcome: str) -> None:
+def test_a_commented_review_needs_a_non_blank_body_after_the_reviewer_gate(
+    state: str, body: str | None, reviewer: str, outcome: str
+) -> None:
     payload = review_payload(state=state, body=body, reviewer=reviewer)
     decision = decide_on("pull_request_review", payload, PRS)
     assert isinstance(decision, Fire) if outcome == "fire" else decision == Drop(outcome)
@@ -367,7 +373,7 @@ def test_spec24_review_body_rules(state: str, body: str | None, reviewer: str, o
     [("changes_requested", "fire"), ("CHANGES_REQUESTED", "fire"), ("approved", "review-state-not-matched"),
      ("commented", "review-state-not-matched")],
 )
-def test_spec25_review_state_narrowing(state: str, outcome: str) -> None:
+def test_a_review_rule_with_states_fires_only_on_those_states_in_any_case(state: str, outcome: str) -> None:
     rules = rules_of(ForgeGroup(pull_request=(pr(0, ("review_submitted",), states=("changes_requested",),
                                                  flow="address"),)))
     decision = decide_on("pull_request_review", review_payload(state=state), rules)
@@ -375,7 +381,7 @@ def test_spec25_review_state_narrowing(state: str, outcome: str) -> None:
 
 
 @pytest.mark.parametrize("action", ["edited", "dismissed", "review_submitted"])
-def test_spec25_other_review_actions_are_unhandled(action: str) -> None:
+def test_review_actions_other_than_submitted_are_unhandled(action: str) -> None:
     assert decide_on("pull_request_review", review_payload(action=action), PRS) == Drop("unhandled-event")
 
 
@@ -385,8 +391,8 @@ def test_a_pull_request_event_without_its_object_is_missing_pull_request() -> No
     assert decide_on("pull_request", p, PRS) == Drop("missing-pull-request")
 
 
-# --- spec cases 26, 27: close rules ------------------------------------------------------------------
-def test_spec26_a_pr_close_with_no_close_rules_is_no_matching_close_trigger() -> None:
+# --- close rules -------------------------------------------------------------------------------------
+def test_a_pr_close_with_no_close_rules_is_no_matching_close_trigger() -> None:
     decision = decide_on("pull_request", pr_payload("closed"), PRS, closer=True)
     assert decision == Drop("no-matching-close-trigger")
 
@@ -404,7 +410,7 @@ def issue_closed(number: int = 40, *, sender: int = 7) -> dict[str, Any]:
     return p
 
 
-def test_spec27_an_authorised_close_of_the_armed_item_fires_the_one_shot() -> None:
+def test_an_authorised_close_of_the_armed_item_fires_the_one_shot() -> None:
     decision = decide_on("issues", issue_closed(), ONE_SHOT, closer=True)
     assert isinstance(decision, Fire)
     job = msgspec.json.decode(encode_job(decision.job))
@@ -416,15 +422,15 @@ def test_spec27_an_authorised_close_of_the_armed_item_fires_the_one_shot() -> No
 
 
 @pytest.mark.parametrize("verdict", [False, None, "true", 1, 30, {}])
-def test_spec27_only_a_literal_true_verdict_opens_a_close(verdict: Any) -> None:
+def test_only_a_literal_true_verdict_opens_a_close(verdict: Any) -> None:
     assert decide_on("issues", issue_closed(), ONE_SHOT, closer=verdict) == Drop("closer-not-allowed")
 
 
-def test_spec27_a_close_of_another_item_is_close_number_not_matched() -> None:
+def test_a_close_of_another_item_is_close_number_not_matched() -> None:
     assert decide_on("issues", issue_closed(41), ONE_SHOT, closer=True) == Drop("close-number-not-matched")
 
 
-def test_spec27_the_lookup_is_wanted_only_for_a_close_a_rule_wants() -> None:
+def test_the_closer_lookup_is_wanted_only_for_a_close_a_rule_wants() -> None:
     def wants(event: str, payload: dict[str, Any]) -> bool:
         return wants_closer_authority(event, project(json.dumps(payload)), ONE_SHOT.github, SELF_ID)
 

@@ -1,4 +1,4 @@
-"""The GitLab filter (spec §4.3) on go-playground's real GitLab payloads, mutated per case (§7 28-31)."""
+"""The GitLab filter on go-playground's real GitLab payloads, mutated per case."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pidispatch.router.rules import (
     RunSpec,
 )
 from pidispatch.router.subsets.gitlab import project
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 SELF_ID = 999
 DELIVERY = "0b1f9c2e-5d8b-4a57-9d0e-6a1f3f7d2c11"
@@ -122,13 +122,13 @@ def test_the_harness_own_event_is_self_before_the_gate() -> None:
 
 
 @pytest.mark.parametrize("verdict", [None, False, "true", 1, 30, {}])
-def test_spec29_only_a_literal_true_verdict_passes_for_issue_mr_and_note(verdict: Any) -> None:
+def test_only_a_literal_true_verdict_passes_for_issue_mr_and_note(verdict: Any) -> None:
     for payload in (issue("open", labels=("pi:frontend",)), merge_request("open"), note()):
         assert run(payload, authorized=verdict) == Drop("author-not-allowed")
         assert isinstance(run(payload, authorized=True), Fire)
 
 
-# --- spec case 28: labels are the diff ----------------------------------------------------------------
+# --- labels are the diff: only an added label fires ------------------------------------------------
 @pytest.mark.parametrize(
     ("changes", "outcome"),
     [
@@ -139,7 +139,7 @@ def test_spec29_only_a_literal_true_verdict_passes_for_issue_mr_and_note(verdict
         (label_change(("pi:frontend",), ("pi:frontend", "other")), "no-allowlisted-label"),
     ],
 )
-def test_spec28_an_update_fires_only_on_an_added_label(changes: dict[str, Any], outcome: str) -> None:
+def test_an_issue_update_fires_only_on_an_added_label(changes: dict[str, Any], outcome: str) -> None:
     decision = run(issue("update", labels=("pi:frontend",), changes=changes))
     if outcome == "fire":
         assert isinstance(decision, Fire)
@@ -148,7 +148,7 @@ def test_spec28_an_update_fires_only_on_an_added_label(changes: dict[str, Any], 
         assert decision == Drop(outcome)
 
 
-def test_spec28_open_with_the_label_and_empty_changes_fires() -> None:
+def test_an_issue_opened_with_the_label_and_empty_changes_fires() -> None:
     assert isinstance(run(issue("open", labels=("pi:frontend",), changes={})), Fire)
     assert run(issue("open", changes={})) == Drop("no-label-change")
 
@@ -162,16 +162,16 @@ def test_added_labels_reads_the_diff_not_the_set() -> None:
     assert added_labels(subset) == frozenset({"b"})
 
 
-# --- spec case 30: merge requests and notes -----------------------------------------------------------
+# --- merge requests and notes ----------------------------------------------------------------------
 @pytest.mark.parametrize("action", ["open", "approved"])
-def test_spec30_an_unpredicated_mr_rule_fires_on_its_actions(action: str) -> None:
+def test_an_unpredicated_mr_rule_fires_on_its_actions(action: str) -> None:
     decision = run(merge_request(action))
     assert isinstance(decision, Fire) and decision.index == 2
     assert msgspec.to_builtins(decision.job.trigger.matched) == {  # type: ignore[union-attr]
         "index": 2, "type": "pull_request", "action": action}
 
 
-def test_spec30_a_predicated_update_rule_fires_only_on_an_added_label() -> None:
+def test_a_predicated_mr_update_rule_fires_only_on_an_added_label() -> None:
     decision = run(merge_request("update", changes=label_change((), ("pi:review",))))
     assert isinstance(decision, Fire) and decision.index == 3
     assert decision.job.trigger.matched.type == "label"  # type: ignore[union-attr]
@@ -186,17 +186,17 @@ def test_a_none_only_mr_predicate_is_not_evaluated() -> None:
 
 
 @pytest.mark.parametrize("action", ["merge", "unapproved", "reopen_later", None])
-def test_spec30_merge_and_other_mr_actions_are_unhandled(action: Any) -> None:
+def test_merge_and_other_mr_actions_are_unhandled(action: Any) -> None:
     assert run(merge_request(action)) == Drop("unhandled-event")
 
 
-def test_spec30_a_note_update_and_a_push_are_unhandled() -> None:
+def test_a_note_update_and_a_push_are_unhandled() -> None:
     assert run(note(action="update")) == Drop("unhandled-event")
     push = _identity(load_fixture("gitlab/push-event.json"))
     assert run(push) == Drop("unhandled-event")
 
 
-def test_spec30_a_note_on_a_merge_request_targets_it_by_iid() -> None:
+def test_a_note_on_a_merge_request_targets_it_by_iid() -> None:
     p = note("@pi go", on="mr")
     decision = run(p)
     assert isinstance(decision, Fire)
@@ -215,8 +215,8 @@ def test_a_note_on_an_issue_targets_the_issue_and_overrides_to_a_known_flow() ->
     assert run(note("nothing")) == Drop("no-trigger-phrase")
 
 
-# --- spec case 31: the job shape ----------------------------------------------------------------------
-def test_spec31_gitlab_job_shape_and_dedup_keys() -> None:
+# --- the job shape ---------------------------------------------------------------------------------
+def test_a_gitlab_job_carries_project_id_target_and_trigger_and_no_username() -> None:
     p = issue("update", labels=("pi:frontend",), changes=label_change((), ("pi:frontend",)))
     decision = run(p)
     assert isinstance(decision, Fire)

@@ -1,4 +1,4 @@
-"""The label predicate every forge shares (spec §4.1)."""
+"""The label predicate every forge shares: any, all, none."""
 
 from __future__ import annotations
 

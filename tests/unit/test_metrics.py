@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pidispatch.receiver.metrics import CONTENT_TYPE, Metrics
-from tests.receiver_support import metric
+from tests.support.receiver import metric
 
 
 def test_configured_forges_start_with_zero_series() -> None:

@@ -1,4 +1,4 @@
-"""The run-record mirror (spec worker §4.4, §8 case 36): window, index cap, reader pruning, merge."""
+"""The run-record mirror: window, index cap, reader pruning, merge."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pidispatch.worker.mirror import (
     mirror_window_ms,
     read_mirror,
 )
-from tests.helpers import RedisProcess
+from tests.support.processes import RedisProcess
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000

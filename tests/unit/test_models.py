@@ -51,7 +51,7 @@ def test_event_from_incomplete_fields_is_a_value_error() -> None:
         Event.from_fields({b"forge": b"github"})
 
 
-def test_job_entry_is_flat_and_job_json_uses_spec_names() -> None:
+def test_job_entry_is_flat_and_job_json_uses_camel_case_names_and_omits_unset_keys() -> None:
     fields = job_to_fields(_job(secrets_profile="prod", replica=2, replicas=2), attempt=1)
     assert set(fields) == {"id", "kind", "repo", "attempt", "job"}
     data = json.loads(fields["job"])

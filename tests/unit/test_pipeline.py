@@ -22,8 +22,7 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from tests.helpers import load_fixture
-from tests.unit.test_subsets_azure import WORKITEM_UPDATED
+from tests.support.payloads import WORKITEM_UPDATED, load_fixture
 
 SELF = SelfIds(github=999, gitlab=999, forgejo=999, azure_id="self-guid", azure_email="pi-bot@example.com")
 LOGIN = "closer-login-never-enqueued"
@@ -68,7 +67,7 @@ def gh_issue(action: str, number: int = 40, sender: int = 7, labels: tuple[str, 
     return event("github", "issues", p)
 
 
-def test_spec27_a_wanted_close_asks_once_with_repo_and_login_then_fires() -> None:
+def test_a_wanted_close_asks_once_with_repo_and_login_then_fires() -> None:
     ev = gh_issue("closed")
     assert plan(ev, RULES, SELF) == Ask(GithubCloser(repo="octo/repo", login=LOGIN))
     fired = resume(ev, RULES, SELF, True)
@@ -90,7 +89,7 @@ def test_spec27_a_wanted_close_asks_once_with_repo_and_login_then_fires() -> Non
         (gh_issue("labeled", labels=("other",)), Drop("no-allowlisted-label")),
     ],
 )
-def test_spec27_nothing_else_on_github_asks(ev: Event, outcome: Any) -> None:
+def test_nothing_but_a_wanted_close_on_github_asks(ev: Event, outcome: Any) -> None:
     decision = plan(ev, RULES, SELF)
     assert isinstance(decision, Fire) if outcome == "fire" else decision == outcome
 

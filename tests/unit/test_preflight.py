@@ -1,4 +1,4 @@
-"""Image preflight: which images may run which jobs (spec worker §2.3, §1.3 rows 5-6, §8 cases 11-13)."""
+"""Image preflight: which images may run which jobs."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pidispatch.worker.image import (
 from pidispatch.worker.outcome import InfraFault, Refusal
 from pidispatch.worker.preflight import ImageFacts, image_facts, image_refusal, inspect_image
 from pidispatch.worker.runner import DockerUnavailable
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 ALL_CAPS = ("anyUid", "replicas", "commands", "excludeTools", "modelPolicy", "costCap")
 
@@ -74,7 +74,7 @@ def test_a_replica_job_needs_the_replicas_capability() -> None:
     assert image_refusal(facts(caps=("anyUid", "replicas")), job(replica=2), settings()) is None
 
 
-def test_capability_gates_refuse_in_the_specs_order() -> None:
+def test_capability_gates_refuse_replicas_commands_tools_models_then_cost_cap() -> None:
     everything = job(replica=1, command="review", exclude_tools=["bash"], models=["anthropic/claude-x"],
                      max_cost_usd="0")  # 0 is the tightest cap, not none
     expected = [

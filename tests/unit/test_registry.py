@@ -1,5 +1,5 @@
-"""pidispatch.common.registry: capability tokens, row parsing, the routing rule (spec worker §8 28-30)
-and the registry reader against a real Redis."""
+"""pidispatch.common.registry: capability tokens, row parsing, the routing rule and the registry reader
+against a real Redis."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pidispatch.common.registry import (
     read_live_hosts,
     route_job,
 )
-from tests.helpers import RedisProcess
+from tests.support.processes import RedisProcess
 
 NOW = 1_800_000_000_000
 
@@ -39,7 +39,7 @@ def job(**kw: object) -> Job:
     return msgspec.structs.replace(Job(id="gh-1", kind="github", repo="o/r"), **kw)
 
 
-# ---- tokens (§8 28) ------------------------------------------------------------------------------
+# ---- capability tokens ---------------------------------------------------------------------------
 
 
 def test_capability_tokens_are_sorted_names_never_paths() -> None:
@@ -62,7 +62,7 @@ def test_job_needs_reads_secrets_profile_and_wait_profiles() -> None:
         "s:prod", "w:jira"
     ]
     assert job_needs(job(secrets_profile="bad name")) == []
-    # Secrets without a profile resolve through `default` on the worker, but the original routes on
+    # Secrets without a profile resolve through `default` on the worker, but routing reads
     # secretsProfile only, so such a job stays on the shared stream.
     assert job_needs(job(secrets={"API_KEY": "ref"})) == []
 
@@ -99,7 +99,7 @@ def test_parse_row_revalidates_every_field() -> None:
         assert parse_row({"name": bad, "beatAt": str(NOW)}, NOW) is None
 
 
-# ---- routing (§8 29) -----------------------------------------------------------------------------
+# ---- routing -------------------------------------------------------------------------------------
 
 
 def test_route_abstains_in_the_four_cases() -> None:

@@ -1,5 +1,5 @@
-"""The ``run`` fields of triggers.json (spec ingest §3.4, §3.5, §3.7): what loads, what each refusal names,
-and the value grammars behind them (model references, dollar amounts, ``after`` instants)."""
+"""The ``run`` fields of triggers.json: what loads, what each refusal names, and the value grammars behind
+them (model references, dollar amounts, ``after`` instants)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ RUN_REFUSALS: list[tuple[str, Any, str]] = [
     ("instructions_blank", label({"instructions": " \n "}), "run.instructions"),
     ("instructions_2001", label({"instructions": "x" * 2001}),
      "run.instructions must be a non-blank string of at most 2000 characters"),
-    # The original counts UTF-16 units: 1001 emoji are 2002 of them.
+    # The limit counts UTF-16 code units: 1001 emoji are 2002 of them.
     ("instructions_2002_utf16_units", label({"instructions": "\U0001f600" * 1001}), "run.instructions"),
     ("resume_number", label({"resume": 1}), "run.resume must be true or false"),
     # repository
@@ -307,7 +307,7 @@ def test_refusals_never_echo_a_secret_reference_or_a_model_value() -> None:
     assert "sekrit-model" not in refusal(label({"model": "sekrit-model "}))
 
 
-# --- near-miss key sweeps (§3.7) --------------------------------------------------------------------
+# --- near-miss keys: a misspelt or misplaced run key is refused naming the right one -----------------
 
 NEAR_MISSES: list[tuple[str, str, str]] = [
     ("run", "waitfor", "run.waitFor"), ("run", "wait_for", "run.waitFor"), ("run", "WAIT-FOR", "run.waitFor"),

@@ -1,4 +1,4 @@
-"""How a run ends is classified by the abort flag first, then the exit code (spec worker §1.6, §2.5)."""
+"""How a run ends is classified by the abort flag first, then the exit code."""
 
 from __future__ import annotations
 

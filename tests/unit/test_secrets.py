@@ -1,4 +1,4 @@
-"""Secret profiles with real resolver executables (spec worker §6.1, §8 cases 17-21)."""
+"""Secret profiles with real resolver executables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.outcome import InfraFault, Refusal
 from pidispatch.worker.secrets import resolve_secrets
-from tests.helpers import load_fixture, wait_for
+from tests.support.payloads import load_fixture
+from tests.support.polling import wait_for
 
 # One resolver plays every case, chosen by the reference; each run appends a line to $COUNT_FILE.
 RESOLVER = r"""#!/bin/sh

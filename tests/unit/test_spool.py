@@ -11,7 +11,7 @@ import pytest
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.receiver.spool import SPOOL_FILE, Record, Spool, frame, parse
-from tests.helpers import wait_for
+from tests.support.polling import wait_for
 
 
 def _record(n: int, body: bytes = b'{"n":1}') -> Record:

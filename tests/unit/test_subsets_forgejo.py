@@ -1,4 +1,4 @@
-"""The Forgejo subset (spec §2.2) on go-playground's real Gitea payloads."""
+"""The Forgejo subset on go-playground's real Gitea payloads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.subsets.forgejo import project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 
 @pytest.mark.parametrize("path", sorted((FIXTURES / "gitea").glob("*.json")), ids=lambda p: p.stem)

@@ -8,7 +8,7 @@ import pytest
 
 from pidispatch.router import subsets
 from pidispatch.router.subsets.github import MalformedPayload, label_names, project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 
 def raw(name: str) -> str:

@@ -1,4 +1,4 @@
-"""The GitLab subset (spec §2.3) on go-playground's real GitLab payloads."""
+"""The GitLab subset on go-playground's real GitLab payloads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.subsets.gitlab import GitLabSubset, project
-from tests.helpers import FIXTURES, load_fixture
+from tests.support.payloads import FIXTURES, load_fixture
 
 
 def sub(payload: dict[str, Any]) -> GitLabSubset:

@@ -1,5 +1,5 @@
-"""triggers.json: file rules, per-forge vocabularies and every ``on`` type (spec ingest §3.1-§3.3, §3.6,
-§7 item 38). The ``run`` fields are in test_runfields.py."""
+"""triggers.json: file rules, per-forge vocabularies and every ``on`` type. The ``run`` fields are in
+test_runfields.py."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def test_cron_command_needs_no_task_and_its_flow_has_no_charset() -> None:
     assert rules.cron[1].run["flow"] == "Tidy Up"
 
 
-# --- refusals: file level (§3.1) --------------------------------------------------------------------
+# --- refusals: file level --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -232,7 +232,7 @@ def test_the_refusal_line_names_the_file_the_entry_and_the_field() -> None:
     )
 
 
-# --- refusals: every on type (§3.1-§3.3) ------------------------------------------------------------
+# --- refusals: every on type -----------------------------------------------------------------------
 
 ON_REFUSALS: list[tuple[str, Any, str]] = [
     # entry shape and the on x run matrix
@@ -355,9 +355,9 @@ def test_each_on_refusal_names_the_entry_index_and_the_field(entry: Any, expecte
     assert expected in refusal(first, entry)
 
 
-# --- spec §7 item 38: the loader cases, each by name -------------------------------------------------
+# --- the loader's refusals, each case by name -----------------------------------------------------
 
-SPEC_38: list[tuple[str, list[Any], str]] = [
+LOADER_CASES: list[tuple[str, list[Any], str]] = [
     ("two_github_comment_triggers", [COMMENT, COMMENT], "triggers[1].on.type comment is already used"),
     ("gitlab_pr_action_opened", [on("pull_request", "gitlab", action=["opened"])], "triggers[0].on.action"),
     ("github_pr_closed_with_opened", [on("pull_request", action=["closed", "opened"])],
@@ -391,13 +391,13 @@ SPEC_38: list[tuple[str, list[Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("entries", "expected"), [(e, m) for _, e, m in SPEC_38],
-                         ids=[case for case, _, _ in SPEC_38])
-def test_spec_38_loader_refusals(entries: list[Any], expected: str) -> None:
+@pytest.mark.parametrize(("entries", "expected"), [(e, m) for _, e, m in LOADER_CASES],
+                         ids=[case for case, _, _ in LOADER_CASES])
+def test_each_invalid_rule_is_refused_naming_its_field(entries: list[Any], expected: str) -> None:
     assert expected in refusal(*entries)
 
 
-def test_spec_38_a_duplicated_json_key_refuses() -> None:
+def test_a_duplicated_json_key_refuses() -> None:
     with pytest.raises(ConfigError, match="'flow' is duplicated"):
         parse_triggers('{"triggers": [{"on": {"type": "label", "any": ["x"]}, '
                        '"run": {"kind": "github", "flow": "a", "flow": "a"}}]}')

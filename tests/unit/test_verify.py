@@ -28,8 +28,7 @@ from pidispatch.receiver.verify import (
     hmac_hex_match,
     token_digest,
 )
-from tests.helpers import github_signature
-from tests.receiver_support import standard_webhooks_signature
+from tests.support.receiver import github_signature, standard_webhooks_signature
 
 # GitHub's documented example (docs: "Validating webhook deliveries").
 DOC_SECRET = b"It's a Secret to Everybody"
@@ -145,7 +144,7 @@ def test_missing_signature_header_is_refused() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        # Each row's fault plus every later fault: the earliest row wins (spec §1.3 order).
+        # Each row's fault plus every later fault: the earliest row wins (checks run in row order).
         ({"method": "GET", "content_type": None, "signature": None}, refusals.METHOD_NOT_ALLOWED),
         ({"content_type": "text/plain", "signature": None, "event": None}, refusals.UNSUPPORTED_MEDIA_TYPE),
         ({"signature": None, "event": None, "content_length": 10**9}, refusals.MISSING_SIGNATURE),
@@ -156,7 +155,9 @@ def test_missing_signature_header_is_refused() -> None:
         ({"content_length": verify.MAX_BODY_BYTES + 1}, refusals.PAYLOAD_TOO_LARGE),
     ],
 )
-def test_preamble_checks_in_spec_order(overrides: dict[str, object], expected: refusals.Refusal) -> None:
+def test_github_preamble_checks_run_in_a_fixed_order_and_the_first_fault_wins(
+    overrides: dict[str, object], expected: refusals.Refusal
+) -> None:
     assert _preamble(**overrides) is expected
 
 
@@ -284,7 +285,7 @@ def test_token_mode_compares_digests() -> None:
         ({}, None),
     ],
 )
-def test_gitlab_preamble_in_spec_order(
+def test_gitlab_preamble_checks_run_in_a_fixed_order_and_the_first_fault_wins(
     overrides: dict[str, object], expected: refusals.Refusal | None
 ) -> None:
     args: dict[str, object] = {
@@ -368,7 +369,7 @@ def test_azure_header_mode_is_exact_and_rotates() -> None:
     assert azure_credential_match(digests, None, basic=False) is refusals.AZURE_MISSING_CREDENTIAL
 
 
-def test_azure_preamble_in_spec_order() -> None:
+def test_azure_preamble_checks_method_then_media_type_then_size() -> None:
     table = refusals.AZURE_TABLE
     assert verify.azure_preamble("GET", "text/plain", 10**9) is table.method_not_allowed
     assert verify.azure_preamble("POST", "application/x-www-form-urlencoded", 10**9) is (
@@ -381,7 +382,7 @@ def test_azure_preamble_in_spec_order() -> None:
 # --- shared rules and body reads ---------------------------------------------------------------------
 
 
-def test_refusals_carry_the_spec_bodies() -> None:
+def test_each_refusal_carries_its_fixed_status_reason_and_body() -> None:
     assert refusals.METHOD_NOT_ALLOWED == (405, "method-not-allowed", b'{"error":"method not allowed"}')
     assert refusals.UNSUPPORTED_MEDIA_TYPE.body == b'{"error":"unsupported media type"}'
     assert refusals.MISSING_SIGNATURE.body == b'{"error":"missing signature"}'

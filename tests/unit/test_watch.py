@@ -18,7 +18,7 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.triggers import TRIGGERS_MAX_BYTES, load_triggers
 from pidispatch.router.watch import signature, watch_triggers
-from tests.helpers import wait_for
+from tests.support.polling import wait_for
 
 LABEL = {"on": {"type": "label", "any": ["pi:go"]}, "run": {"kind": "github", "flow": "fix"}}
 SECRET_REF = "op://vault/never-logged"

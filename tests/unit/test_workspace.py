@@ -21,7 +21,7 @@ from pidispatch.worker.workspace import (
     remove_workspace,
     work_branch,
 )
-from tests.helpers import load_fixture
+from tests.support.payloads import load_fixture
 
 
 def issue_job(**overrides: object) -> Job:
@@ -192,9 +192,9 @@ def test_work_branch_names() -> None:
     assert work_branch(local_job()) is None
 
 
-def test_event_json_keys_are_exactly_those_of_spec_step_9() -> None:
+def test_event_json_holds_only_its_listed_keys_in_their_order() -> None:
     """Whatever the job carries (replicas, instructions, secrets references, a login in the comment), the
-    event holds only the step-9 keys, and each nested object only its listed keys."""
+    event holds only its listed keys, and each nested object only its own."""
     review = {"id": 555, "body": "ok", "state": "approved", "author_association": "MEMBER",
               "user": {"login": "octocat"}, "html_url": "https://example.invalid/r/555"}
     trigger = Trigger(event="pull_request_review", action="submitted", delivery_id="d", sender=Sender(id=7),

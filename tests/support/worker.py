@@ -25,7 +25,9 @@ from pidispatch.worker.context import hash_fields
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import local_job_id
 from pidispatch.worker.service import run_worker
-from tests.helpers import ServiceProcess, load_fixture, wait_for
+from tests.support.payloads import load_fixture
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
 
 
 def issue_job(steer: str, *, number: int = 1) -> Job:

@@ -1,4 +1,5 @@
-"""Signing helpers for receiver tests (and the receiver benchmark): each forge's headers, as it sends them.
+"""Deliveries as each forge signs and sends them (headers, secrets, the receiver's environment for them),
+and what a receiver test reads back: metrics, debug logs, the answer to a truncated request.
 
 Independent of the receiver's code on purpose: these are written from the forges' documentation, so a
 test that signs here and verifies there checks the receiver against the forge, not against itself.
@@ -9,21 +10,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import gzip
 import hashlib
 import hmac
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from pidispatch.common.log import configure_logging
-from tests.helpers import FIXTURES
 
-GITHUB_SECRET = "test-webhook-secret"  # tests.conftest.TEST_SECRET, the base_env's WEBHOOK_SECRET
+TEST_SECRET = "test-webhook-secret"  # the base_env's WEBHOOK_SECRET
+GITHUB_SECRET = TEST_SECRET
 FORGEJO_SECRET = "forgejo-webhook-secret"
 # A GitLab signing token: whsec_ + base64 of the key bytes.
 GITLAB_KEY = b"gitlab signing key: 32 bytes ok!"
@@ -38,6 +36,10 @@ JSON = {"Content-Type": "application/json"}
 
 def hmac_hex(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def github_signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac_hex(secret, body)
 
 
 def github_headers(body: bytes, event: str, delivery: str, secret: str = GITHUB_SECRET) -> dict[str, str]:
@@ -141,23 +143,6 @@ def azure_header_env() -> dict[str, str]:
         "AZURE_WEBHOOK_HEADER": AZURE_HEADER_NAME,
         "AZURE_WEBHOOK_SECRET": AZURE_HEADER_SECRET,
     }
-
-
-def octokit_examples() -> Iterator[tuple[str, bytes]]:
-    """Every example of ``@octokit/webhooks-examples`` as (event name, body bytes as GitHub sends them)."""
-    with gzip.open(FIXTURES / "github" / "webhooks-examples.json.gz") as f:
-        groups = json.load(f)
-    for group in groups:
-        for example in group["examples"]:
-            yield group["name"], json.dumps(example, indent=2).encode()
-
-
-def fixture_bytes(relative: str) -> bytes:
-    return (FIXTURES / relative).read_bytes()
-
-
-def fixture_paths(folder: str) -> list[Path]:
-    return sorted((FIXTURES / folder).glob("*.json"))
 
 
 def metric(text: str, sample: str, **labels: str) -> float:

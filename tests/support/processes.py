@@ -1,52 +1,20 @@
-"""Test helpers: wait on conditions with a deadline, run real service processes, sign deliveries."""
+"""Real processes a test owns: a redis-server it may stop, kill and restart, and the services run as their
+operators run them."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import redis as sync_redis
 
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[Any]] | Callable[[], Any],
-    timeout: float = 10.0,
-    interval: float = 0.05,
-    what: str = "condition",
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
-def github_signature(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def load_fixture(relative: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / relative).read_text())
 
 
 class RedisProcess:
@@ -141,28 +109,3 @@ class ServiceProcess:
                 self.proc.wait(10)
         self._log.close()
         return self.proc.returncode
-
-
-class Cli:
-    """Runs the verbs ``register`` adds the way ``pi-dispatch`` does (same exit-code mapping), in a thread
-    because the CLI calls asyncio.run, and captures what they print."""
-
-    def __init__(self, capsys: Any, register: Callable[[Any], None]) -> None:
-        self.capsys, self.register = capsys, register
-        self.out = self.err = ""
-
-    async def __call__(self, *argv: str) -> int:
-        import argparse
-
-        from pidispatch.common import cli
-
-        parser = argparse.ArgumentParser(prog="pi-dispatch")
-        self.register(parser.add_subparsers())
-        args = parser.parse_args(argv)
-        code = await asyncio.to_thread(cli.run, args.func, args)
-        captured = self.capsys.readouterr()
-        self.out, self.err = captured.out, captured.err
-        return code
-
-    def json(self) -> Any:
-        return json.loads(self.out)

@@ -2,14 +2,14 @@
 
 One trial: a receiver, a router and a worker run as separate OS processes (``python -m pidispatch.<name>``,
 configured only by environment variables) on a real redis-server with append-only persistence and a real
-Docker daemon, against a stand-in GitHub (``tests.fakeforge`` for the API, ``tests.gitserver`` for the
-clone). A batch of signed ``issues.labeled`` deliveries (the real octokit example, one distinct delivery id
-and issue number each, so no dedup layer may merge two of them) is posted while, at a random moment, one
-target is killed with SIGKILL and started again: the receiver, the router, the worker (with everything it
-spawned) or redis-server itself (restarted on the same port from its append-only file). The harness plays
-the forge: a delivery answered 5xx or not at all is redelivered, same id, same bytes, until it is answered
-2xx or the trial's deadline passes. Then it waits, with a deadline, until the system is quiescent, stops
-the services and counts.
+Docker daemon, against a stand-in GitHub (``tests.support.forges`` for the API, ``tests.support.gitserver``
+for the clone). A batch of signed ``issues.labeled`` deliveries (the real octokit example, one distinct
+delivery id and issue number each, so no dedup layer may merge two of them) is posted while, at a random
+moment, one target is killed with SIGKILL and started again: the receiver, the router, the worker (with
+everything it spawned) or redis-server itself (restarted on the same port from its append-only file). The
+harness plays the forge: a delivery answered 5xx or not at all is redelivered, same id, same bytes, until it
+is answered 2xx or the trial's deadline passes. Then it waits, with a deadline, until the system is
+quiescent, stops the services and counts.
 
 What is counted, per delivery and per job (job ``gh-<delivery>``):
 
@@ -43,7 +43,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +56,12 @@ from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.models import decode_fields, text
 from pidispatch.common.redis import Redis, create_redis
-from tests.fakeforge import FakeForge, github_forge, set_repo
-from tests.gitserver import git_server
-from tests.helpers import RedisProcess, github_signature, load_fixture
+from tests.support.forges import FakeForge, github_forge, set_repo
+from tests.support.gitserver import git_server
+from tests.support.payloads import load_fixture
+from tests.support.polling import poll_until
+from tests.support.processes import RedisProcess
+from tests.support.receiver import github_signature
 
 SERVICES = ("receiver", "router", "worker")
 TARGETS = (*SERVICES, "redis")
@@ -161,22 +164,6 @@ class Service:
         """The current life logged ``<name>_started``."""
         path = self.log_path(self.lives)
         return path.exists() and f'"{self.name}_started"' in path.read_text(errors="replace")
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float, interval: float = POLL_S
-) -> bool:
-    """Poll until ``predicate`` holds (True) or ``timeout`` passes (False)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(interval)
 
 
 # --- the Docker daemon's view ----------------------------------------------------------------------------
@@ -562,8 +549,8 @@ class Chaos:
 
     async def _started(self, services: list[Service], result: TrialResult) -> None:
         """Wait until each logged ``<name>_started``; note any that died or stayed silent instead."""
-        await wait_until(
-            lambda: all(s.started() or not s.running for s in services), self.config.start_timeout_s
+        await poll_until(
+            lambda: all(s.started() or not s.running for s in services), self.config.start_timeout_s, POLL_S
         )
         for s in services:
             if not s.started():

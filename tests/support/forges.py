@@ -33,6 +33,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tests.support.gitserver import GitServer
+
 _UNSET: Any = object()
 
 
@@ -761,3 +763,20 @@ def azure_forge(org: str = "fabrikam") -> FakeForge:
 def user_descriptor(email: str) -> str:
     """A descriptor shaped like Azure's (``aad.<base64>``), stable per address."""
     return "aad." + base64.urlsafe_b64encode(hashlib.sha256(email.encode()).digest()[:18]).decode()
+
+
+PAT = "ghp_test"  # the stand-in GitHub's accepted personal token
+ISSUE_REPO = "Codertocat/Hello-World"  # the repository of the octokit issues.labeled example
+
+
+@dataclass
+class GithubStandIn:
+    """A stand-in GitHub (API) and the git server its clone URLs point at, holding the repository of
+    ``tests.support.worker.issue_job`` with one commit on a protected ``main``."""
+
+    forge: FakeForge
+    git: GitServer
+    sha: str
+
+    def env(self) -> dict[str, str]:
+        return {"GITHUB_AUTH_SOURCE": "pat", "GITHUB_PAT": PAT, "GITHUB_API_URL": self.forge.url}
