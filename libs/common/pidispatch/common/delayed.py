@@ -12,18 +12,16 @@ its score is the due time in ms by Redis's own clock. Guarantees:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from pidispatch.common.health import Backoff, Health
+from pidispatch.common.health import Health
 from pidispatch.common.keys import DEAD_MAXLEN, JOB_STATE_TTL_S, PROMOTE_BATCH, PROMOTE_INTERVAL_S, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis
+from pidispatch.common.runtime import every
 from pidispatch.common.scripts import DELAYED_PROMOTE, DELAYED_REMOVE, DELAYED_SCHEDULE
 
 # The first fields of a job stream entry, in this order (DESIGN.md §3), so XRANGE reads like a log.
@@ -105,24 +103,15 @@ async def run_promoter(
 ) -> None:
     """Promote due jobs until ``stop``; rides out Redis outages with backoff, logging each transition."""
     log = get_logger()
-    health = Health("promoter_redis_unreachable", "promoter_redis_restored")
-    backoff = Backoff()
-    while not stop.is_set():
-        try:
-            moved = await promote_due(redis, keys)
-        except RedisError as exc:
-            health.failed(reason=type(exc).__name__)
-            await backoff.pause(stop)
-            continue
-        health.ok()
-        backoff.reset()
+
+    async def step() -> bool:
+        moved = await promote_due(redis, keys)
         if moved:
             log.debug("delayed_promoted", count=moved)
-        if moved >= PROMOTE_BATCH:
-            await asyncio.sleep(0)  # a full batch: more may be due, go again after letting others run
-            continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+        return moved >= PROMOTE_BATCH  # a full batch: more may be due, go again at once
+
+    health = Health("promoter_redis_unreachable", "promoter_redis_restored")
+    await every(interval_s, step, stop, health)
 
 
 def _glob_escape(text: str) -> str:

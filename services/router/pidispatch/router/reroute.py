@@ -15,13 +15,12 @@ that host to come back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from pidispatch.common.health import Backoff, Health
+from pidispatch.common.health import Health
 from pidispatch.common.keys import REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields, job_from_fields, text
@@ -34,6 +33,7 @@ from pidispatch.common.registry import (
     read_live_hosts,
     route_job,
 )
+from pidispatch.common.runtime import every
 from pidispatch.common.scripts import REROUTE_MOVE
 from pidispatch.common.streams import xrange
 from pidispatch.router.triggers import FORGE_KINDS
@@ -142,20 +142,13 @@ async def run_rerouter(
 
     Any number of routers may run this at once: every move is one atomic script.
     """
-    log = get_logger()
+
+    async def step() -> None:
+        await reroute_orphans(redis, keys, clock())
+
     health = Health("rerouter_redis_unreachable", "rerouter_redis_restored")
-    backoff = Backoff()
-    while not stop.is_set():
-        try:
-            await reroute_orphans(redis, keys, clock())
-        except (RedisError, OSError, RegistryUnreachable) as exc:
-            health.failed(reason=getattr(exc, "reason", type(exc).__name__))
-            await backoff.pause(stop)
-            continue
-        except Exception as exc:  # housekeeping: a bug here must not stop the router
-            log.error("reroute_error", error=type(exc).__name__)
-        else:
-            health.ok()
-            backoff.reset()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+    # Housekeeping: a bug here is logged as reroute_error and must not stop the router.
+    await every(
+        interval_s, step, stop, health,
+        faults=(RedisError, OSError, RegistryUnreachable), bug_event="reroute_error",
+    )  # fmt: skip
