@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
-import aiohttp
 import yarl
 
 from pidispatch.common.demoforge import REPO as DEMO_REPO
@@ -52,6 +51,7 @@ from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker import dockerapi
 from pidispatch.worker.container import (
     CONTAINER_HOME,
     JOB_MOUNT,
@@ -78,8 +78,6 @@ TARGET_RATIO = 0.9
 FOREIGN_CORES_WARN = 0.1
 JOB_TIMEOUT_S = 60.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-# Long-lived requests (wait, events) must not time out on reads.
-LONG_REQUEST = aiohttp.ClientTimeout(total=None, sock_read=None, connect=5, sock_connect=5)
 
 
 class Broken(Exception):
@@ -139,7 +137,7 @@ class ContainerEvents:
     async def _read(self, since_s: int) -> None:
         filters = {"type": ["container"], "event": ["create", "start"], "label": [LABEL_JOB]}
         params = {"filters": json.dumps(filters), "since": str(since_s)}
-        async with self.docker._query("events", "GET", params=params, timeout=LONG_REQUEST) as resp:
+        async with dockerapi.events(self.docker, params) as resp:
             async for line in resp.content:
                 with contextlib.suppress(ValueError):
                     event = json.loads(line)
@@ -320,10 +318,7 @@ class Bare:
             if await git.wait() != 0:
                 raise Broken("the bare git clone failed")
         container = await self.docker.containers.create(self.config(job_id, name, workspace), name=name)
-        waiter = await self.docker._do_query(
-            f"containers/{container.id}/wait", "POST", params={"condition": "not-running"},
-            timeout=LONG_REQUEST,
-        )
+        waiter = await dockerapi.wait_exit(self.docker, container.id)
         try:
             await container.start()
             data = await waiter.json(content_type=None)

@@ -112,17 +112,17 @@ async def test_a_job_read_between_the_scan_and_its_move_stays_with_the_reader(
     for job in jobs:
         await add(redis, dead, job)
     read: list[str] = []
-    real_eval, moves = redis.eval, 0
+    real_evalsha, moves = redis.evalsha, 0
 
-    async def worker_then_eval(*args: Any) -> Any:
+    async def worker_then_evalsha(*args: Any) -> Any:
         nonlocal moves
         moves += 1
         if moves % 2:
             got = await read_group(redis, WORKER_GROUP, "flaky", {dead: ">"}, count=1)
             read.extend(job_from_fields(f)[0].id for _, _, f in got)
-        return await real_eval(*args)
+        return await real_evalsha(*args)
 
-    monkeypatch.setattr(redis, "eval", worker_then_eval)
+    monkeypatch.setattr(redis, "evalsha", worker_then_evalsha)
     assert await reroute_orphans(redis, keys, now_ms()) == 10
     moved = [job_from_fields(f)[0].id for _, f in await redis.xrange(keys.jobs)]
     left = [job_from_fields(f)[0].id for _, f in await redis.xrange(dead)]

@@ -56,6 +56,7 @@ from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.models import decode_fields, text
 from pidispatch.common.redis import Redis, create_redis
+from pidispatch.worker import dockerapi
 from tests.support.forges import FakeForge, github_forge, set_repo
 from tests.support.gitserver import git_server
 from tests.support.payloads import load_fixture
@@ -68,8 +69,6 @@ TARGETS = (*SERVICES, "redis")
 SECRET = "chaos-webhook-secret"
 REPO = "Codertocat/Hello-World"  # the repository of the octokit issues.labeled example
 RULES = {"triggers": [{"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}]}
-# Long-lived Docker requests (the event stream) must not time out on reads.
-LONG_REQUEST = aiohttp.ClientTimeout(total=None, sock_read=None, connect=5, sock_connect=5)
 POST_TIMEOUT = aiohttp.ClientTimeout(total=10, connect=2)
 POLL_S = 0.1
 
@@ -200,7 +199,7 @@ class ContainerLedger:
     async def _read(self, since_s: int) -> None:
         filters = {"type": ["container"], "event": ["create", "start", "die"], "label": ["pd.job"]}
         params = {"filters": json.dumps(filters), "since": str(since_s)}
-        async with self.docker._query("events", "GET", params=params, timeout=LONG_REQUEST) as resp:
+        async with dockerapi.events(self.docker, params) as resp:
             async for line in resp.content:
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     event = json.loads(line)

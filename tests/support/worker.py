@@ -21,6 +21,7 @@ from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker import dockerapi
 from pidispatch.worker.context import hash_fields
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import local_job_id
@@ -109,13 +110,9 @@ async def container_starts(docker: aiodocker.Docker, host: str, since_s: int) ->
     own event log: what was actually started, whoever started it."""
     until = int(time.time()) + 1
     filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}"]}
-    resp = await docker._do_query(
-        "events", "GET", params={"since": since_s, "until": until, "filters": json.dumps(filters)}
-    )
-    try:
+    params = {"since": since_s, "until": until, "filters": json.dumps(filters)}
+    async with dockerapi.events(docker, params) as resp:
         body = await resp.text()
-    finally:
-        resp.release()
     events = [json.loads(line) for line in body.splitlines() if line.strip()]
     return [e["Actor"]["Attributes"]["pd.job"] for e in events]
 

@@ -12,114 +12,22 @@ its score is the due time in ms by Redis's own clock. Guarantees:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from pidispatch.common.health import Backoff, Health
+from pidispatch.common.health import Health
 from pidispatch.common.keys import DEAD_MAXLEN, JOB_STATE_TTL_S, PROMOTE_BATCH, PROMOTE_INTERVAL_S, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis
+from pidispatch.common.runtime import every
+from pidispatch.common.scripts import DELAYED_PROMOTE, DELAYED_REMOVE, DELAYED_SCHEDULE
 
 # The first fields of a job stream entry, in this order, so XRANGE reads like a log.
 ENTRY_FIELD_ORDER = ("id", "kind", "repo", "attempt", "job")
 # Reason on pd:dead for a member that cannot become a stream entry again (not JSON, wrong shape).
 UNUSABLE_ENVELOPE = "delayed-envelope-unusable"
-
-# Move a pending entry into the zset and ack it, atomically. Reads first, writes last: Redis does not roll
-# back a script that fails midway, so nothing is written unless every write can happen.
-# KEYS: source stream, delayed zset, job state hash. ARGV: group, entry id, delay ms, envelope, state ttl s.
-# Returns the due time (ms, server clock), or false when the entry is not pending (someone acked it).
-_SCHEDULE = """
-if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
-  return false
-end
-local t = redis.call('TIME')
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
-redis.call('ZADD', KEYS[2], due, ARGV[4])
-redis.call('HSET', KEYS[3], 'state', 'delayed', 'dueAt', string.format('%d', due))
-redis.call('EXPIRE', KEYS[3], ARGV[5])
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return due
-"""
-
-# Promote up to ARGV[1] due members. The target stream is named inside each envelope rather than in
-# KEYS: fine on the single-node Redis this deployment runs (6.2 allows it), not on a cluster.
-# KEYS: delayed zset, dead stream. ARGV: batch, job state key prefix, state ttl s, dead maxlen, dead reason.
-# Returns how many entries were appended.
-_PROMOTE = """
-local first = {id = true, kind = true, repo = true, attempt = true, job = true}
-local function entry_args(env)
-  if type(env) ~= 'table' or type(env.id) ~= 'string' or type(env.stream) ~= 'string'
-     or type(env.fields) ~= 'table' then
-    return nil
-  end
-  local args, rest = {}, {}
-  for _, name in ipairs({'id', 'kind', 'repo', 'attempt', 'job'}) do
-    local v = env.fields[name]
-    if v ~= nil then
-      if type(v) ~= 'string' then return nil end
-      args[#args + 1] = name
-      args[#args + 1] = v
-    end
-  end
-  for name, v in pairs(env.fields) do
-    if type(v) ~= 'string' then return nil end
-    if not first[name] then rest[#rest + 1] = name end
-  end
-  table.sort(rest)
-  for _, name in ipairs(rest) do
-    args[#args + 1] = name
-    args[#args + 1] = env.fields[name]
-  end
-  if #args == 0 then return nil end
-  return args
-end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-local moved = 0
-for _, member in ipairs(due) do
-  if redis.call('ZREM', KEYS[1], member) == 1 then
-    local ok, env = pcall(cjson.decode, member)
-    local args = ok and entry_args(env) or nil
-    local added = false
-    if args then
-      -- pcall: a stream key of the wrong type must not abort the batch after earlier members moved.
-      added = type(redis.pcall('XADD', env.stream, '*', unpack(args))) == 'string'
-    end
-    if added then
-      local job = ARGV[2] .. env.id
-      redis.call('HSET', job, 'state', 'queued')
-      redis.call('HDEL', job, 'dueAt')
-      redis.call('EXPIRE', job, ARGV[3])
-      moved = moved + 1
-    else
-      redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'source', KEYS[1], 'entry', '',
-                 'reason', ARGV[5], 'deliveries', '0', 'envelope', member)
-    end
-  end
-end
-return moved
-"""
-
-# Remove one member; when it was there and a state is given, record that state in the same step.
-# KEYS: delayed zset, job state hash. ARGV: member, state ('' = leave the hash alone), state ttl s.
-_REMOVE = """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[2], 'state', ARGV[2])
-  redis.call('HDEL', KEYS[2], 'dueAt')
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-end
-return 1
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -172,20 +80,20 @@ async def schedule(
     it): then nothing was scheduled, so a job a peer already finished never runs twice.
     """
     envelope = Envelope.build(job_id=job_id, attempt=attempt, stream=stream, fields=fields)
-    script = redis.register_script(_SCHEDULE)
-    due = await script(
-        keys=[source, keys.delayed, keys.job(job_id)],
-        args=[group, entry_id, max(0, int(delay_ms)), envelope.member, JOB_STATE_TTL_S],
+    due = await DELAYED_SCHEDULE(
+        redis,
+        [source, keys.delayed, keys.job(job_id)],
+        [group, entry_id, max(0, int(delay_ms)), envelope.member, JOB_STATE_TTL_S],
     )
     return None if due is None else int(due)
 
 
 async def promote_due(redis: Redis, keys: Keys, *, batch: int = PROMOTE_BATCH) -> int:
     """Append up to ``batch`` due envelopes to their streams (state ``queued``); returns how many."""
-    script = redis.register_script(_PROMOTE)
-    moved = await script(
-        keys=[keys.delayed, keys.dead],
-        args=[batch, keys.job(""), JOB_STATE_TTL_S, DEAD_MAXLEN, UNUSABLE_ENVELOPE],
+    moved = await DELAYED_PROMOTE(
+        redis,
+        [keys.delayed, keys.dead],
+        [batch, keys.job(""), JOB_STATE_TTL_S, DEAD_MAXLEN, UNUSABLE_ENVELOPE],
     )
     return int(moved)
 
@@ -195,24 +103,15 @@ async def run_promoter(
 ) -> None:
     """Promote due jobs until ``stop``; rides out Redis outages with backoff, logging each transition."""
     log = get_logger()
-    health = Health("promoter_redis_unreachable", "promoter_redis_restored")
-    backoff = Backoff()
-    while not stop.is_set():
-        try:
-            moved = await promote_due(redis, keys)
-        except RedisError as exc:
-            health.failed(reason=type(exc).__name__)
-            await backoff.pause(stop)
-            continue
-        health.ok()
-        backoff.reset()
+
+    async def step() -> bool:
+        moved = await promote_due(redis, keys)
         if moved:
             log.debug("delayed_promoted", count=moved)
-        if moved >= PROMOTE_BATCH:
-            await asyncio.sleep(0)  # a full batch: more may be due, go again after letting others run
-            continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+        return moved >= PROMOTE_BATCH  # a full batch: more may be due, go again at once
+
+    health = Health("promoter_redis_unreachable", "promoter_redis_restored")
+    await every(interval_s, step, stop, health)
 
 
 def _glob_escape(text: str) -> str:
@@ -237,9 +136,9 @@ async def remove_delayed(
     it in the same step (cancel passes ``"cancelled"``)."""
     envelope = Envelope.parse(envelope_member)
     job_key = keys.job(envelope.id) if envelope else keys.job("")
-    script = redis.register_script(_REMOVE)
-    removed = await script(
-        keys=[keys.delayed, job_key],
-        args=[envelope_member, state if envelope and state else "", JOB_STATE_TTL_S],
+    removed = await DELAYED_REMOVE(
+        redis,
+        [keys.delayed, job_key],
+        [envelope_member, state if envelope and state else "", JOB_STATE_TTL_S],
     )
     return bool(removed)

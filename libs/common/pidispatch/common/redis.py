@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pidispatch.common.keys import READ_BLOCK_MS, REDIS_CONNECT_TIMEOUT_S, REDIS_OP_TIMEOUT_S
 
 Redis = aioredis.Redis
+T = TypeVar("T")
+
+
+class RedisOpTimeout(RedisTimeoutError, TimeoutError):
+    """A Redis call that outlived its bound: a ``RedisError`` to Redis-fault handlers and a
+    ``TimeoutError`` to timeout handlers, so each caller's existing ``except`` still applies."""
+
+
+# Logs and messages name an exception by its class: this one keeps the name both its parents have.
+RedisOpTimeout.__name__ = "TimeoutError"
+
+
+async def bounded(call: Awaitable[T], timeout_s: float = REDIS_OP_TIMEOUT_S) -> T:
+    """``call`` within ``timeout_s``; pass a coroutine holding several calls to bound them together.
+
+    The client's socket timeout must outlast a blocking read, so it cannot bound a frozen server's reply.
+    """
+    deadline = asyncio.timeout(timeout_s)
+    try:
+        async with deadline:
+            return await call
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # the call's own timeout, not ours
+        raise RedisOpTimeout(f"Redis did not answer within {timeout_s} s") from None
 
 
 def _pool_options() -> dict[str, Any]:

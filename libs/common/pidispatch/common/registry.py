@@ -22,7 +22,8 @@ from redis.exceptions import RedisError
 from pidispatch.common.health import Health
 from pidispatch.common.keys import HOSTS_CACHE_TTL_MS, REGISTRY_READ_TIMEOUT_S, ROUTE_FRESH_MS, Keys
 from pidispatch.common.models import Job, decode_fields, text
-from pidispatch.common.redis import Redis
+from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.scripts import HOST_PRUNE
 from pidispatch.common.settings import WORKER_NAME_RE
 
 # The name charset excludes ',' (so a token list joins unambiguously) and ':' (so a token splits at
@@ -39,16 +40,6 @@ _DRIVE_RE = re.compile(r"^[A-Za-z]:[\\/]")
 _INT_RE = re.compile(r"^[0-9]{1,16}$")
 # Longest free-text value kept from a peer's row (version, tz, image): enough for a pinned digest.
 _TEXT_MAX = 200
-
-# Prune a member only if its row is still absent: a host that beat between our read and this call
-# keeps its membership.
-_PRUNE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return redis.call('SREM', KEYS[2], ARGV[1])
-end
-return 0
-"""
-
 
 class RegistryUnreachable(Exception):
     """The registry could not be read: never the same thing as "no hosts"."""
@@ -179,7 +170,7 @@ async def _read(redis: Redis, keys: Keys, now_ms: int) -> list[HostRow]:
     if gone:
         async with redis.pipeline(transaction=False) as pipe:
             for member in gone:
-                pipe.eval(_PRUNE, 2, keys.host(member), keys.hosts, member)
+                HOST_PRUNE.in_pipeline(pipe, [keys.host(member), keys.hosts], [member])
             await pipe.execute()
     return sorted(rows, key=lambda r: r.name)
 
@@ -193,8 +184,7 @@ async def read_live_hosts(
     always means "nobody is registered", never "could not look".
     """
     try:
-        async with asyncio.timeout(timeout_s):
-            return await _read(redis, keys, now_ms)
+        return await bounded(_read(redis, keys, now_ms), timeout_s)
     except TimeoutError:
         raise RegistryUnreachable("timeout") from None
     except (RedisError, OSError) as exc:

@@ -1,10 +1,20 @@
-"""Process lifecycle shared by the services: signals become one stop event the main loop awaits."""
+"""Process lifecycle shared by the services: signals become one stop event the main loop awaits, and the
+waits and background loops that must end as soon as that event is set."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+
+from pidispatch.common.health import Backoff, Health
+from pidispatch.common.log import get_logger
+
+T = TypeVar("T")
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -22,3 +32,73 @@ def now_ms() -> int:
     import time
 
     return time.time_ns() // 1_000_000
+
+
+async def stopped(stop: asyncio.Event, timeout_s: float | None, *, wake: asyncio.Event | None = None) -> bool:
+    """Wait up to ``timeout_s`` (None: no limit) for ``stop``, or for ``wake`` if given; True once
+    ``stop`` is set."""
+    waits = [asyncio.ensure_future(stop.wait())]
+    if wake is not None:
+        waits.append(asyncio.ensure_future(wake.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    return stop.is_set()
+
+
+async def unless_stopped(call: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``call``'s result, or None when ``stop`` is set first. The call is then cancelled: safe for a
+    blocking stream read, whose delivered entries stay pending and are read again."""
+    work = asyncio.ensure_future(call)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
+    return None if work.cancelled() else work.result()
+
+
+async def every(
+    interval_s: float,
+    step: Callable[[], Awaitable[bool | None]],
+    stop: asyncio.Event,
+    health: Health | None,
+    *,
+    faults: tuple[type[BaseException], ...] = (RedisError,),
+    back_off: bool = True,
+    bug_event: str | None = None,
+) -> None:
+    """Run ``step`` every ``interval_s`` until ``stop``; a step that returns True goes again at once.
+
+    A fault (one of ``faults``) marks ``health`` down, logged once per outage, and is retried after an
+    exponential backoff (``back_off``) or the interval. With ``bug_event`` any other exception is logged
+    under that name and the loop carries on (housekeeping must not stop a service); else it ends the loop.
+    """
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            again = await step()
+        except faults as exc:
+            if health is not None:
+                health.failed(reason=getattr(exc, "reason", type(exc).__name__))
+            if back_off:
+                await backoff.pause(stop)
+                continue
+        except Exception as exc:
+            if bug_event is None:
+                raise
+            get_logger().error(bug_event, error=type(exc).__name__)
+        else:
+            if health is not None:
+                health.ok()
+            backoff.reset()
+            if again:
+                await asyncio.sleep(0)  # more may be waiting: go again after letting others run
+                continue
+        await stopped(stop, interval_s)

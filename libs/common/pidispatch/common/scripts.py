@@ -1,21 +1,63 @@
-"""Server-side scripts: each makes one check-and-write atomic, so a crash never half-applies it."""
+"""Server-side scripts: each makes one check-and-write atomic, so a crash never half-applies it.
+
+Every script the system runs is a ``Script`` here, called one way: EVALSHA, and on NOSCRIPT (a restarted
+or flushed Redis lost its cache) EVAL once, which runs the source and caches it again.
+"""
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, cast
+
+from redis.asyncio.client import Pipeline
+from redis.exceptions import NoScriptError
+from redis.typing import EncodableT, KeyT
+
+from pidispatch.common.redis import Redis
+
+
+class Script:
+    """One Lua script, known by its SHA1. ``script`` and ``sha`` are the names redis-py's pipeline reads."""
+
+    __slots__ = ("script", "sha")
+
+    def __init__(self, source: str) -> None:
+        self.script = source
+        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+
+    async def __call__(
+        self, redis: Redis, keys: Sequence[KeyT], args: Sequence[EncodableT] = ()
+    ) -> Any:
+        """Run it; the reply as Redis sends it (bytes, ints, lists, None for false)."""
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await redis.eval(self.script, len(keys), *keys, *args)
+
+    def in_pipeline(self, pipe: Pipeline, keys: Sequence[KeyT], args: Sequence[EncodableT] = ()) -> None:
+        """Queue it on ``pipe``; the pipeline's execute loads it first if Redis lost it (SCRIPT EXISTS)."""
+        # redis-py's pipeline keeps script objects by duck type: it reads .sha and .script only.
+        cast("set[object]", pipe.scripts).add(self)
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+
+# ---- receiver and router --------------------------------------------------------------------------
 
 # Append a verified delivery once: the dedup key and the XADD happen together or not at all.
 # KEYS: seen key, events stream. ARGV: seen ttl (s), then field/value pairs for the entry.
 # Returns the new entry id, or false when the delivery was seen before.
-INGEST = """
+INGEST = Script("""
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
   return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
 end
 return false
-"""
+""")
 
 # Enqueue a job at most once: exact id first (31 days), then the semantic window.
 # KEYS: jobid key, dedup key, job stream. ARGV: job id, jobid ttl (s), dedup ttl (ms), field/value pairs.
 # Returns {'queued', entry id} | {'duplicate', job id} | {'deduplicated', surviving job id}.
-ENQUEUE = """
+ENQUEUE = Script("""
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'duplicate', ARGV[1]}
 end
@@ -26,25 +68,278 @@ end
 redis.call('SET', KEYS[1], '1', 'EX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 return {'queued', redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))}
-"""
+""")
 
 # The id of the ARGV[1]-th oldest entry, computed server-side so no entry body crosses the network.
-NTH_OLDEST_ID = """
+# KEYS: stream. ARGV: n. Returns the entry id, or false when the stream is empty.
+NTH_OLDEST_ID = Script("""
 local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])
 if #r == 0 then return false end
 return r[#r][1]
-"""
+""")
+
+# Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
+# KEYS: source stream, target stream. ARGV: group, entry id.
+# Returns the new entry id, or false when the entry is gone or was delivered meanwhile.
+REROUTE_MOVE = Script("""
+local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+if #entry == 0 then
+  return false
+end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local em, es = parse(ARGV[2])
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  if name == ARGV[1] then
+    local lm, ls = parse(last)
+    if em < lm or (em == lm and es <= ls) then
+      return false
+    end
+  end
+end
+local id = redis.call('XADD', KEYS[2], '*', unpack(entry[1][2]))
+redis.call('XDEL', KEYS[1], ARGV[2])
+return id
+""")
+
+# ---- host registry --------------------------------------------------------------------------------
+
+# Prune a member only if its row is still absent: a host that beat between our read and this call
+# keeps its membership.
+# KEYS: host row, hosts set. ARGV: member. Returns 1 when removed, else 0.
+HOST_PRUNE = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 0
+""")
+
+# ---- worker ---------------------------------------------------------------------------------------
 
 # Hand a job this worker holds but cannot serve to another host's stream, at most once per delivery:
 # the copy is appended and the source entry acked together, and only while that entry is still pending
 # for the group (a peer that took it over meanwhile keeps it).
 # KEYS: source stream, target stream. ARGV: group, entry id, then field/value pairs for the copy.
 # Returns the new entry id, or false when the entry is no longer pending.
-FORWARD = """
+FORWARD = Script("""
 if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
   return false
 end
 local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 return id
+""")
+
+# Add ARGV[1] to every counter in KEYS; a counter without a TTL (just created, or re-created by a late
+# give-back) gets its window's TTL from ARGV[2..]. A busy counter keeps its TTL, so a busy window does not
+# extend itself. Returns the new counts in KEYS order.
+# KEYS: budget counters. ARGV: amount, then one ttl (s) per counter.
+BUDGET_ADD = Script("""
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = redis.call('INCRBY', key, ARGV[1])
+  if redis.call('TTL', key) == -1 then
+    redis.call('EXPIRE', key, ARGV[i + 1])
+  end
+end
+return out
+""")
+
+# Drop index members whose body is gone or unreadable, but only if the body is still what the reader
+# saw: a writer that re-mirrored the run between our MGET and this call keeps its member.
+# KEYS: index, then one record key per member. ARGV: member, seen body ('' = missing), per member.
+RUNS_PRUNE = Script("""
+local removed = 0
+for i = 2, #KEYS do
+  local member, seen = ARGV[2 * i - 3], ARGV[2 * i - 2]
+  local body = redis.call('GET', KEYS[i])
+  if (body == false and seen == '') or body == seen then
+    removed = removed + redis.call('ZREM', KEYS[1], member)
+  end
+end
+return removed
+""")
+
+# ---- delayed jobs ---------------------------------------------------------------------------------
+
+# Move a pending entry into the zset and ack it, atomically. Reads first, writes last: Redis does not roll
+# back a script that fails midway, so nothing is written unless every write can happen.
+# KEYS: source stream, delayed zset, job state hash. ARGV: group, entry id, delay ms, envelope, state ttl s.
+# Returns the due time (ms, server clock), or false when the entry is not pending (someone acked it).
+DELAYED_SCHEDULE = Script("""
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
+  return false
+end
+local t = redis.call('TIME')
+local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[2], due, ARGV[4])
+redis.call('HSET', KEYS[3], 'state', 'delayed', 'dueAt', string.format('%d', due))
+redis.call('EXPIRE', KEYS[3], ARGV[5])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+return due
+""")
+
+# Promote up to ARGV[1] due members. The target stream is named inside each envelope rather than in
+# KEYS: fine on the single-node Redis this deployment runs (6.2 allows it), not on a cluster.
+# KEYS: delayed zset, dead stream. ARGV: batch, job state key prefix, state ttl s, dead maxlen, dead reason.
+# Returns how many entries were appended.
+DELAYED_PROMOTE = Script("""
+local first = {id = true, kind = true, repo = true, attempt = true, job = true}
+local function entry_args(env)
+  if type(env) ~= 'table' or type(env.id) ~= 'string' or type(env.stream) ~= 'string'
+     or type(env.fields) ~= 'table' then
+    return nil
+  end
+  local args, rest = {}, {}
+  for _, name in ipairs({'id', 'kind', 'repo', 'attempt', 'job'}) do
+    local v = env.fields[name]
+    if v ~= nil then
+      if type(v) ~= 'string' then return nil end
+      args[#args + 1] = name
+      args[#args + 1] = v
+    end
+  end
+  for name, v in pairs(env.fields) do
+    if type(v) ~= 'string' then return nil end
+    if not first[name] then rest[#rest + 1] = name end
+  end
+  table.sort(rest)
+  for _, name in ipairs(rest) do
+    args[#args + 1] = name
+    args[#args + 1] = env.fields[name]
+  end
+  if #args == 0 then return nil end
+  return args
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+local moved = 0
+for _, member in ipairs(due) do
+  if redis.call('ZREM', KEYS[1], member) == 1 then
+    local ok, env = pcall(cjson.decode, member)
+    local args = ok and entry_args(env) or nil
+    local added = false
+    if args then
+      -- pcall: a stream key of the wrong type must not abort the batch after earlier members moved.
+      added = type(redis.pcall('XADD', env.stream, '*', unpack(args))) == 'string'
+    end
+    if added then
+      local job = ARGV[2] .. env.id
+      redis.call('HSET', job, 'state', 'queued')
+      redis.call('HDEL', job, 'dueAt')
+      redis.call('EXPIRE', job, ARGV[3])
+      moved = moved + 1
+    else
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'source', KEYS[1], 'entry', '',
+                 'reason', ARGV[5], 'deliveries', '0', 'envelope', member)
+    end
+  end
+end
+return moved
+""")
+
+# Remove one member; when it was there and a state is given, record that state in the same step.
+# KEYS: delayed zset, job state hash. ARGV: member, state ('' = leave the hash alone), state ttl s.
+DELAYED_REMOVE = Script("""
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[2], 'state', ARGV[2])
+  redis.call('HDEL', KEYS[2], 'dueAt')
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return 1
+""")
+
+# ---- operator verbs -------------------------------------------------------------------------------
+
+# Shared Lua: a field of an XRANGE row, and the group's last-delivered id (nil when there is no group).
+_LUA_HELPERS = """
+local function field(row, name)
+  local f = row[2]
+  for i = 1, #f, 2 do
+    if f[i] == name then return f[i + 1] end
+  end
+  return nil
+end
+local function last_delivered(stream, group)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local name, last
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then return last end
+  end
+  return nil
+end
 """
+
+# Find a job in one stream and, only if no worker was ever handed it, delete it — atomically, so a worker
+# reading the stream at the same moment either got it first ('delivered') or never sees it.
+# KEYS: job stream, job state hash. ARGV: group, job id, state ttl s, page size.
+# Returns {'removed', entry, attempt} | {'delivered', entry, consumer} | {'done', entry} | {'absent'}.
+CANCEL_QUEUED = Script(_LUA_HELPERS + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent'} end
+local page = tonumber(ARGV[4])
+local last = last_delivered(KEYS[1], ARGV[1])
+-- Entries after the group's last-delivered id have never been handed to any worker.
+local cursor = '(' .. (last or '0-0')
+while true do
+  local rows = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', page)
+  for _, row in ipairs(rows) do
+    if field(row, 'id') == ARGV[2] then
+      redis.call('XDEL', KEYS[1], row[1])
+      redis.call('HSET', KEYS[2], 'state', 'cancelled', 'reason', 'operator-cancel')
+      redis.call('EXPIRE', KEYS[2], ARGV[3])
+      return {'removed', row[1], field(row, 'attempt') or '1'}
+    end
+  end
+  if #rows < page then break end
+  cursor = '(' .. rows[#rows][1]
+end
+if not last then return {'absent'} end
+cursor = '-'
+while true do
+  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], cursor, '+', page)
+  for _, p in ipairs(pending) do
+    local rows = redis.call('XRANGE', KEYS[1], p[1], p[1])
+    if #rows == 1 and field(rows[1], 'id') == ARGV[2] then return {'delivered', p[1], p[2]} end
+  end
+  if #pending < page then break end
+  cursor = '(' .. pending[#pending][1]
+end
+cursor = '-'
+while true do
+  local rows = redis.call('XRANGE', KEYS[1], cursor, last, 'COUNT', page)
+  for _, row in ipairs(rows) do
+    if field(row, 'id') == ARGV[2] then return {'done', row[1]} end
+  end
+  if #rows < page then break end
+  cursor = '(' .. rows[#rows][1]
+end
+return {'absent'}
+""")
+
+# Count one stream's undelivered entries and pending entries server-side (no entry body leaves Redis).
+# KEYS: job stream. ARGV: group, page size. Returns {queued, running}.
+STREAM_COUNTS = Script(_LUA_HELPERS + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local last = last_delivered(KEYS[1], ARGV[1])
+if not last then return {redis.call('XLEN', KEYS[1]), 0} end
+local page, queued, cursor = tonumber(ARGV[2]), 0, '(' .. last
+while true do
+  local rows = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', page)
+  queued = queued + #rows
+  if #rows < page then break end
+  cursor = '(' .. rows[#rows][1]
+end
+return {queued, redis.call('XPENDING', KEYS[1], ARGV[1])[1]}
+""")

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from pidispatch.common.health import Health
 from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.redis import Redis
+from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.settings import Settings
 from pidispatch.receiver import verify
 from pidispatch.receiver.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
@@ -154,8 +154,7 @@ class Receiver:
         if request.method not in _READ_METHODS:
             return _json(405, METHOD_NOT_ALLOWED.body)
         try:
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                await self._redis.ping()
+            await bounded(self._redis.ping(), READY_TIMEOUT_S)
         except (RedisError, OSError) as exc:  # TimeoutError is an OSError
             self._redis_health.failed(error=type(exc).__name__)
             spool = self.spool

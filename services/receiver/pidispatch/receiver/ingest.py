@@ -7,16 +7,11 @@ half-written and the forge's redelivery is either appended then or answered as a
 
 from __future__ import annotations
 
-import hashlib
-
-from redis.exceptions import NoScriptError
-
 from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, SEEN_TTL_S, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.scripts import INGEST
 from pidispatch.receiver.deadline import Deadlines
 
-_INGEST_SHA = hashlib.sha1(INGEST.encode(), usedforsecurity=False).hexdigest()
 # Arguments that never change, as bytes: redis-py passes bytes through as they are, and this is the hot
 # path (packing the command was a visible share of a request's CPU).
 _TTL = str(SEEN_TTL_S).encode()
@@ -24,10 +19,7 @@ _FORGE, _EVENT, _DELIVERY, _RECEIVED_AT, _BODY = b"forge", b"event", b"delivery"
 
 
 class Ingest:
-    """Each append is one EVALSHA; a Redis that lost its script cache gets the source once by EVAL.
-
-    Calls the command directly rather than through redis-py's ``Script`` wrapper: this is the hot path.
-    """
+    """Each append is one EVALSHA; a Redis that lost its script cache gets the source once by EVAL."""
 
     __slots__ = ("_deadlines", "_events", "_keys", "_redis")
 
@@ -45,9 +37,8 @@ class Ingest:
         """
         # The fields of pidispatch.common.models.Event, built flat so a request allocates no Event;
         # the body goes as the received bytes, verbatim.
-        keys_and_args = (
-            self._keys.seen(forge, delivery),
-            self._events,
+        keys = (self._keys.seen(forge, delivery), self._events)
+        args = (
             _TTL,
             _FORGE, forge,
             _EVENT, event,
@@ -56,8 +47,5 @@ class Ingest:
             _BODY, body,
         )  # fmt: skip
         with self._deadlines():
-            try:
-                entry_id = await self._redis.evalsha(_INGEST_SHA, 2, *keys_and_args)
-            except NoScriptError:  # a restarted Redis; EVAL runs it and caches it again
-                entry_id = await self._redis.eval(INGEST, 2, *keys_and_args)
+            entry_id = await INGEST(self._redis, keys, args)
         return entry_id is not None

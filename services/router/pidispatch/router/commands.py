@@ -18,7 +18,7 @@ from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
-from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.redis import Redis, bounded, create_redis
 from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
@@ -96,7 +96,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
 async def _with_redis(settings: Settings) -> Redis:
     redis = create_redis(settings.redis_url)
     try:
-        await asyncio.wait_for(redis.ping(), 3)
+        await bounded(redis.ping(), 3)
     except Exception:
         await redis.aclose()
         where = settings.redis_url.split("@")[-1]  # never print a password

@@ -22,7 +22,6 @@ class Enqueuer:
         self.redis, self.keys = redis, keys
         self.hosts = HostCache(redis, keys, clock)
         self.log = get_logger()
-        self._script = redis.register_script(ENQUEUE)
 
     async def stream_for(self, job: Job) -> str:
         """The job's stream: a capable host's, else the shared one. Never raises."""
@@ -49,10 +48,10 @@ class Enqueuer:
                 for job, semantic, stream in planned:
                     pairs = list(chain.from_iterable(job_to_fields(job).items()))
                     # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
-                    await self._script(
-                        keys=[self.keys.jobid(job.id), self.keys.dedup(semantic), stream],
-                        args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
-                        client=pipe,
+                    ENQUEUE.in_pipeline(
+                        pipe,
+                        [self.keys.jobid(job.id), self.keys.dedup(semantic), stream],
+                        [job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
                     )
             replies = await pipe.execute(raise_on_error=False)
         out, at = [], 0

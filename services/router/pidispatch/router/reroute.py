@@ -15,13 +15,12 @@ that host to come back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from pidispatch.common.health import Backoff, Health
+from pidispatch.common.health import Health
 from pidispatch.common.keys import REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields, job_from_fields, text
@@ -34,41 +33,10 @@ from pidispatch.common.registry import (
     read_live_hosts,
     route_job,
 )
+from pidispatch.common.runtime import every
+from pidispatch.common.scripts import REROUTE_MOVE
 from pidispatch.common.streams import xrange
 from pidispatch.router.triggers import FORGE_KINDS
-
-# Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
-# KEYS: source stream, target stream. ARGV: group, entry id.
-# Returns the new entry id, or false when the entry is gone or was delivered meanwhile.
-_MOVE = """
-local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
-if #entry == 0 then
-  return false
-end
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-local em, es = parse(ARGV[2])
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, last
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then name = group[i + 1] end
-    if group[i] == 'last-delivered-id' then last = group[i + 1] end
-  end
-  if name == ARGV[1] then
-    local lm, ls = parse(last)
-    if em < lm or (em == lm and es <= ls) then
-      return false
-    end
-  end
-end
-local id = redis.call('XADD', KEYS[2], '*', unpack(entry[1][2]))
-redis.call('XDEL', KEYS[1], ARGV[2])
-return id
-"""
-
-
 
 
 def _after(entry_id: str) -> str:
@@ -131,7 +99,7 @@ class _Rerouter:
                 if fields.get("kind") not in FORGE_KINDS:
                     continue  # a local job's folder is on that host's disk: it waits for its host
                 target = target_for(fields, await self.live_hosts(), host, self.keys)
-                if await self.redis.eval(_MOVE, 2, stream, target, WORKER_GROUP, entry_id):
+                if await REROUTE_MOVE(self.redis, [stream, target], [WORKER_GROUP, entry_id]):
                     moved += 1
             if len(page) < REROUTE_PAGE:
                 return moved
@@ -174,20 +142,13 @@ async def run_rerouter(
 
     Any number of routers may run this at once: every move is one atomic script.
     """
-    log = get_logger()
+
+    async def step() -> None:
+        await reroute_orphans(redis, keys, clock())
+
     health = Health("rerouter_redis_unreachable", "rerouter_redis_restored")
-    backoff = Backoff()
-    while not stop.is_set():
-        try:
-            await reroute_orphans(redis, keys, clock())
-        except (RedisError, OSError, RegistryUnreachable) as exc:
-            health.failed(reason=getattr(exc, "reason", type(exc).__name__))
-            await backoff.pause(stop)
-            continue
-        except Exception as exc:  # housekeeping: a bug here must not stop the router
-            log.error("reroute_error", error=type(exc).__name__)
-        else:
-            health.ok()
-            backoff.reset()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+    # Housekeeping: a bug here is logged as reroute_error and must not stop the router.
+    await every(
+        interval_s, step, stop, health,
+        faults=(RedisError, OSError, RegistryUnreachable), bug_event="reroute_error",
+    )  # fmt: skip

@@ -16,7 +16,6 @@ they share one pending list (still safe, but each re-processes the other's in-fl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import socket
@@ -41,7 +40,7 @@ from pidispatch.common.keys import (
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, text
 from pidispatch.common.redis import Redis
-from pidispatch.common.runtime import now_ms
+from pidispatch.common.runtime import now_ms, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -224,20 +223,11 @@ class Router:
     async def _read_new(self, stop: asyncio.Event) -> list[Entry]:
         """A blocking read that a stop interrupts at once. Cancelling it is safe: anything the server
         already delivered to us stays pending under our name and is re-read or claimed later."""
-        read = asyncio.ensure_future(read_group(
+        read = read_group(
             self.redis, ROUTER_GROUP, self.consumer, {self.keys.events: ">"},
             count=READ_COUNT, block_ms=min(READ_BLOCK_MS, int(RETRY_TICK_S * 1000)),
-        ))
-        stopped = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            if not read.done():
-                read.cancel()
-                with contextlib.suppress(BaseException):
-                    await read
-        return read.result() if not read.cancelled() else []
+        )
+        return await unless_stopped(read, stop) or []
 
     async def _claim(self) -> None:
         """Take over entries a peer (or our previous life) left pending longer than ``PD_CLAIM_IDLE_MS``."""

@@ -40,7 +40,7 @@ async def trim_events(r: Redis, stream: str, maxlen: int, *, approximate: bool =
     length = await r.xlen(stream)
     if length <= maxlen:
         return None
-    nth = await r.eval(NTH_OLDEST_ID, 1, stream, min(length - maxlen + 1, TRIM_SCAN_MAX))
+    nth = await NTH_OLDEST_ID(r, [stream], [min(length - maxlen + 1, TRIM_SCAN_MAX)])
     groups: list[tuple[str | None, str]] = []
     for info in await r.xinfo_groups(stream):
         name = text(info["name"])

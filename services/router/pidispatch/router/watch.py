@@ -9,11 +9,11 @@ never runs without rules and never runs half a file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
+from pidispatch.common.runtime import stopped
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.triggers import load_triggers
 
@@ -42,7 +42,7 @@ async def watch_triggers(
     name = os.path.basename(path) or path
     seen = await asyncio.to_thread(signature, path)
     log.info("triggers_watching", file=name, rules=rules_ref.current.count)
-    while not await _stopped(stop, interval):
+    while not await stopped(stop, interval):
         try:
             current = await asyncio.to_thread(signature, path)
             if current == seen:
@@ -69,16 +69,10 @@ async def _settled(
     path: str, current: Signature | None, stop: asyncio.Event, debounce: float
 ) -> Signature | None:
     """The signature once it has not changed for ``debounce`` seconds (or stop was asked for)."""
-    while not await _stopped(stop, debounce):
+    while not await stopped(stop, debounce):
         latest = await asyncio.to_thread(signature, path)
         if latest == current:
             break
         current = latest
     return current
 
-
-async def _stopped(stop: asyncio.Event, timeout: float) -> bool:
-    """Wait up to ``timeout`` for ``stop``; True once it is set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout)
-    return stop.is_set()

@@ -9,48 +9,27 @@ refused jobs from looking free. Only ``Reservation.release`` gives slots back (n
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import hashlib
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from redis.exceptions import NoScriptError
-from redis.exceptions import TimeoutError as RedisTimeout
 
 from pidispatch.common.keys import (
     BUDGET_DAY_TTL_S,
     BUDGET_MONTH_TTL_S,
     BUDGET_TOKENS_TTL_S,
     BUDGET_WEEK_TTL_S,
-    REDIS_OP_TIMEOUT_S,
     Keys,
 )
 from pidispatch.common.log import get_logger
-from pidispatch.common.redis import Redis
+from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.scripts import BUDGET_ADD
 from pidispatch.common.settings import Settings
 from pidispatch.worker.outcome import Refusal
 
 OVER_BUDGET = "over-budget"
 SOFT_HOLD = "soft-hold"
 DAILY_TOKEN_CAP = "daily-token-cap"
-
-# Add ARGV[1] to every counter in KEYS; a counter without a TTL (just created, or re-created by a late
-# give-back) gets its window's TTL from ARGV[2..]. A busy counter keeps its TTL, so a busy window does not
-# extend itself. Returns the new counts in KEYS order.
-ADD = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = redis.call('INCRBY', key, ARGV[1])
-  if redis.call('TTL', key) == -1 then
-    redis.call('EXPIRE', key, ARGV[i + 1])
-  end
-end
-return out
-"""
-_ADD_SHA = hashlib.sha1(ADD.encode(), usedforsecurity=False).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -101,21 +80,11 @@ def verdict(
     return None
 
 
-async def _bounded(call: Awaitable[Any]) -> Any:
-    """One Redis call within the request-path bound; an overrun is a Redis fault like any other."""
-    try:
-        return await asyncio.wait_for(call, REDIS_OP_TIMEOUT_S)
-    except TimeoutError:
-        raise RedisTimeout("budget call exceeded its bound") from None
-
-
 async def _add(redis: Redis, found: Sequence[Window], amount: int) -> list[int]:
     args = [str(amount), *(str(w.ttl_s) for w in found)]
     keys = [w.key for w in found]
-    try:
-        counts = await _bounded(redis.evalsha(_ADD_SHA, len(keys), *keys, *args))
-    except NoScriptError:  # a restarted Redis lost its script cache
-        counts = await _bounded(redis.eval(ADD, len(keys), *keys, *args))
+    # Bounded as a whole: an overrun is a Redis fault (a RedisError) like any other.
+    counts = await bounded(BUDGET_ADD(redis, keys, args))
     return [int(n) for n in counts]
 
 
@@ -172,7 +141,7 @@ async def token_cap_refusal(redis: Redis, keys: Keys, settings: Settings, now_ms
     if cap is None:
         return None
     if cap > 0:
-        raw = await _bounded(redis.get(token_key(keys, now_ms)))
+        raw = await bounded(redis.get(token_key(keys, now_ms)))
         spent = int(raw) if raw is not None else 0
         if spent < cap:
             return None

@@ -36,6 +36,7 @@ from pidispatch.common.keys import (
 )
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.registry import host_streams
+from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
 from pidispatch.common.settings import Settings, load_settings
 
 JOB_ID_MAX = 200
@@ -45,90 +46,6 @@ CANCEL_REASON = "operator-cancel"
 # Entries a stream script reads per XRANGE/XPENDING call; the scan stays inside Redis either way.
 SCAN_PAGE = 500
 _SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", "PD_KEY_PREFIX")
-
-# Shared Lua: a field of an XRANGE row, and the group's last-delivered id (nil when there is no group).
-_LUA_HELPERS = """
-local function field(row, name)
-  local f = row[2]
-  for i = 1, #f, 2 do
-    if f[i] == name then return f[i + 1] end
-  end
-  return nil
-end
-local function last_delivered(stream, group)
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local name, last
-    for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
-    end
-    if name == group then return last end
-  end
-  return nil
-end
-"""
-
-# Find a job in one stream and, only if no worker was ever handed it, delete it — atomically, so a worker
-# reading the stream at the same moment either got it first ('delivered') or never sees it.
-# KEYS: job stream, job state hash. ARGV: group, job id, state ttl s, page size.
-# Returns {'removed', entry, attempt} | {'delivered', entry, consumer} | {'done', entry} | {'absent'}.
-_FIND_AND_REMOVE = _LUA_HELPERS + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'absent'} end
-local page = tonumber(ARGV[4])
-local last = last_delivered(KEYS[1], ARGV[1])
--- Entries after the group's last-delivered id have never been handed to any worker.
-local cursor = '(' .. (last or '0-0')
-while true do
-  local rows = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', page)
-  for _, row in ipairs(rows) do
-    if field(row, 'id') == ARGV[2] then
-      redis.call('XDEL', KEYS[1], row[1])
-      redis.call('HSET', KEYS[2], 'state', 'cancelled', 'reason', 'operator-cancel')
-      redis.call('EXPIRE', KEYS[2], ARGV[3])
-      return {'removed', row[1], field(row, 'attempt') or '1'}
-    end
-  end
-  if #rows < page then break end
-  cursor = '(' .. rows[#rows][1]
-end
-if not last then return {'absent'} end
-cursor = '-'
-while true do
-  local pending = redis.call('XPENDING', KEYS[1], ARGV[1], cursor, '+', page)
-  for _, p in ipairs(pending) do
-    local rows = redis.call('XRANGE', KEYS[1], p[1], p[1])
-    if #rows == 1 and field(rows[1], 'id') == ARGV[2] then return {'delivered', p[1], p[2]} end
-  end
-  if #pending < page then break end
-  cursor = '(' .. pending[#pending][1]
-end
-cursor = '-'
-while true do
-  local rows = redis.call('XRANGE', KEYS[1], cursor, last, 'COUNT', page)
-  for _, row in ipairs(rows) do
-    if field(row, 'id') == ARGV[2] then return {'done', row[1]} end
-  end
-  if #rows < page then break end
-  cursor = '(' .. rows[#rows][1]
-end
-return {'absent'}
-"""
-
-# Count one stream's undelivered entries and pending entries server-side (no entry body leaves Redis).
-# KEYS: job stream. ARGV: group, page size. Returns {queued, running}.
-_COUNT = _LUA_HELPERS + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
-local last = last_delivered(KEYS[1], ARGV[1])
-if not last then return {redis.call('XLEN', KEYS[1]), 0} end
-local page, queued, cursor = tonumber(ARGV[2]), 0, '(' .. last
-while true do
-  local rows = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', page)
-  queued = queued + #rows
-  if #rows < page then break end
-  cursor = '(' .. rows[#rows][1]
-end
-return {queued, redis.call('XPENDING', KEYS[1], ARGV[1])[1]}
-"""
-
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("cancel", help="cancel a job: remove it if it has not started, else stop its run")
@@ -207,11 +124,10 @@ def _removed_message(job_id: str, where: str, attempt: int) -> str:
 
 async def _find_in_streams(redis: Redis, keys: Keys, job_id: str) -> list[str] | None:
     """The first stream verdict that is not 'absent': removed wins at once, delivered beats done."""
-    script = redis.register_script(_FIND_AND_REMOVE)
     best: list[str] | None = None
     for stream in await job_streams(redis, keys):
         args: list[EncodableT] = [WORKER_GROUP, job_id, JOB_STATE_TTL_S, SCAN_PAGE]
-        raw = await script(keys=[stream, keys.job(job_id)], args=args)
+        raw = await CANCEL_QUEUED(redis, [stream, keys.job(job_id)], args)
         verdict = [_s(v) or "" for v in raw]
         if verdict[0] == "removed":
             return verdict
@@ -322,10 +238,9 @@ async def cancel_command(args: argparse.Namespace) -> int:
 
 async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
     """Pause flags and job counts summed over every job stream."""
-    count = redis.register_script(_COUNT)
     queued = running = 0
     for stream in await job_streams(redis, keys):
-        q, r = await count(keys=[stream], args=[WORKER_GROUP, SCAN_PAGE])
+        q, r = await STREAM_COUNTS(redis, [stream], [WORKER_GROUP, SCAN_PAGE])
         queued, running = queued + int(q), running + int(r)
     paused_prefix = keys.paused_host("")
     paused_hosts = sorted(

@@ -43,9 +43,9 @@ async def forward_if_unservable(ctx: Context, held: Held, job: Job) -> bool:
     if target is None:
         return False
     fields = {**held.fields, FORWARDED_FIELD: ctx.host}
-    moved = await ctx.redis.eval(
-        FORWARD, 2, held.stream, ctx.keys.host_jobs(target), WORKER_GROUP, held.entry_id,
-        *chain.from_iterable(fields.items()),
+    moved = await FORWARD(
+        ctx.redis, [held.stream, ctx.keys.host_jobs(target)],
+        [WORKER_GROUP, held.entry_id, *chain.from_iterable(fields.items())],
     )
     if moved:
         get_logger().info("job_forwarded", job=job.id, to_host=target, needs=",".join(needs))

@@ -21,6 +21,7 @@ import msgspec
 
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, RunRecord, record_target, sanitize_job_id
+from pidispatch.common.runtime import stopped
 from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
 from pidispatch.worker.jobname import job_file_name
@@ -206,8 +207,7 @@ async def run_log_sweeper(settings: Settings, stop: asyncio.Event, clock: Callab
         await sweep_logs(settings.logs_dir, settings.log_retention_days, clock())
         if interval_s <= 0 or settings.log_retention_days <= 0:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+        await stopped(stop, interval_s)
 
 
 # ---- reading (``pi-dispatch runs``) ----------------------------------------------------------------

@@ -23,6 +23,7 @@ import aiohttp
 from aiodocker.exceptions import DockerError
 
 from pidispatch.common.errors import InfraError
+from pidispatch.worker import dockerapi
 
 FORGES_LABEL = "dev.pi-dispatch.forges"
 CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
@@ -197,14 +198,8 @@ async def build_image(
         label_lines = (f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels.items())
         changes = ['CMD ["/bin/agent"]', *label_lines]
         params = {"fromSrc": "-", "repo": repo, "tag": version, "changes": "\n".join(changes)}
-        async with client._query(
-            "images/create",
-            "POST",
-            params=params,
-            data=io.BytesIO(data),  # a file object is streamed; raw bytes would be written in one go
-            headers={"Content-Type": "application/x-tar"},
-            timeout=IMPORT_TIMEOUT,
-        ) as resp:
+        # A file object is streamed; raw bytes would be written in one go.
+        async with dockerapi.import_image(client, params, io.BytesIO(data), timeout=IMPORT_TIMEOUT) as resp:
             body = await resp.read()
         errors = _import_errors(body)
         if errors:

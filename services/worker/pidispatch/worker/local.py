@@ -368,21 +368,27 @@ async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[st
 
     from pidispatch.common.errors import InfraError
     from pidispatch.common.keys import DEDUP_WINDOW_MS, JOBID_TTL_S, REDIS_OP_TIMEOUT_S
-    from pidispatch.common.redis import create_redis
+    from pidispatch.common.redis import bounded, create_redis
     from pidispatch.common.scripts import ENQUEUE
 
     redis = create_redis(url)
     pairs = list(chain.from_iterable(job_to_fields(job).items()))
+
+    async def enqueue() -> tuple[str, str, bytes | str | None]:
+        reply = await ENQUEUE(
+            redis,
+            [keys.jobid(job.id), keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
+            [job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+        )
+        status, value = (text(r) for r in reply)
+        if status == "queued":
+            return status, value, None
+        return status, value, await redis.hget(keys.job(value), "state")
+
     try:
-        async with asyncio.timeout(2 * REDIS_OP_TIMEOUT_S):
-            reply = await redis.register_script(ENQUEUE)(
-                keys=[keys.jobid(job.id), keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
-                args=[job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
-            )
-            status, value = (text(r) for r in reply)
-            if status == "queued":
-                return "queued", job.id, "queued"
-            raw = await redis.hget(keys.job(value), "state")
+        status, value, raw = await bounded(enqueue(), 2 * REDIS_OP_TIMEOUT_S)
+        if status == "queued":
+            return "queued", job.id, "queued"
     except (RedisError, OSError, TimeoutError) as exc:
         raise InfraError(
             f"Redis at REDIS_URL did not answer ({type(exc).__name__}); check that Redis is running "

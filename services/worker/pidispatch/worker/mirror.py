@@ -9,7 +9,6 @@ files hold payload text and are never mirrored.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -17,9 +16,10 @@ from datetime import UTC, datetime
 import msgspec
 
 from pidispatch.common.health import Health
-from pidispatch.common.keys import DAY_S, MIRROR_MAX_DAYS, REDIS_OP_TIMEOUT_S, RUNS_INDEX_MAX, Keys
+from pidispatch.common.keys import DAY_S, MIRROR_MAX_DAYS, RUNS_INDEX_MAX, Keys
 from pidispatch.common.models import RunRecord
-from pidispatch.common.redis import Redis
+from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.scripts import RUNS_PRUNE
 from pidispatch.worker.history import encode_record
 from pidispatch.worker.jobname import job_file_name
 
@@ -32,22 +32,6 @@ DEGRADED_TRUNCATED = "truncated"
 DEGRADED_UNREACHABLE = "unreachable"
 
 _decoder = msgspec.json.Decoder(RunRecord)
-
-# Drop index members whose body is gone or unreadable, but only if the body is still what the reader
-# saw: a writer that re-mirrored the run between our MGET and this call keeps its member.
-# KEYS: index, then one record key per member. ARGV: member, seen body ('' = missing), per member.
-_PRUNE = """
-local removed = 0
-for i = 2, #KEYS do
-  local member, seen = ARGV[2 * i - 3], ARGV[2 * i - 2]
-  local body = redis.call('GET', KEYS[i])
-  if (body == false and seen == '') or body == seen then
-    removed = removed + redis.call('ZREM', KEYS[1], member)
-  end
-end
-return removed
-"""
-
 
 def mirror_window_ms(retention_days: int) -> int:
     """How long a mirrored record lives: the file retention, capped at 92 days (0 = files kept forever)."""
@@ -106,7 +90,7 @@ async def mirror_record(
             pipe.zremrangebyscore(keys.runs_index, "-inf", f"({now_ms - window}")
             pipe.zremrangebyrank(keys.runs_index, 0, -(RUNS_INDEX_MAX + 1))
             pipe.pexpire(keys.runs_index, window)
-            await asyncio.wait_for(pipe.execute(), REDIS_OP_TIMEOUT_S)
+            await bounded(pipe.execute())
     except Exception as exc:
         # The class name only: a client error's text carries the server address.
         health.failed(job=member, reason=type(exc).__name__)
@@ -138,17 +122,22 @@ async def read_mirror(redis: Redis, keys: Keys, *, since_ms: int, limit: int) ->
     (<ExceptionName>)``, ``truncated`` (the index held at least ``limit`` runs), or ``ok``. Never raises.
     """
     limit = max(1, limit)
+
+    async def fetch() -> tuple[list[bytes], list[bytes | None]]:
+        found = await redis.zrevrangebyscore(keys.runs_index, "+inf", f"({since_ms}", start=0, num=limit)
+        # Without scores the reply is the members alone; bytes, as the client does not decode.
+        members = [m for m in found if isinstance(m, bytes)]
+        if not members:
+            return [], []
+        replies = await redis.mget([keys.run_rec(m.decode()) for m in members])
+        return members, [b if isinstance(b, bytes) else None for b in replies]
+
     try:
-        async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-            found = await redis.zrevrangebyscore(keys.runs_index, "+inf", f"({since_ms}", start=0, num=limit)
-            # Without scores the reply is the members alone; bytes, as the client does not decode.
-            members = [m for m in found if isinstance(m, bytes)]
-            if not members:
-                return [], DEGRADED_OFF
-            replies = await redis.mget([keys.run_rec(m.decode()) for m in members])
-            bodies = [b if isinstance(b, bytes) else None for b in replies]
+        members, bodies = await bounded(fetch())
     except Exception as exc:
         return [], f"{DEGRADED_UNREACHABLE} ({type(exc).__name__})"
+    if not members:
+        return [], DEGRADED_OFF
     runs: list[RunRecord] = []
     stale: list[tuple[bytes, bytes]] = []
     for member, body in zip(members, bodies, strict=True):
@@ -166,11 +155,10 @@ async def read_mirror(redis: Redis, keys: Keys, *, since_ms: int, limit: int) ->
 
 async def _prune(redis: Redis, keys: Keys, stale: Sequence[tuple[bytes, bytes]]) -> None:
     # Best effort: a straggler costs one skipped row on the next read, never a wrong one.
-    script = redis.register_script(_PRUNE)
     rec_keys = [keys.run_rec(member.decode()) for member, _ in stale]
     argv = [part for pair in stale for part in pair]
     try:
-        await asyncio.wait_for(script(keys=[keys.runs_index, *rec_keys], args=argv), REDIS_OP_TIMEOUT_S)
+        await bounded(RUNS_PRUNE(redis, [keys.runs_index, *rec_keys], argv))
     except Exception:
         return
 

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from pidispatch.common.keys import WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields
+from pidispatch.worker import dockerapi
 from pidispatch.worker.container import LABEL_HOST, LABEL_JOB
 from pidispatch.worker.context import Context
 from pidispatch.worker.history import read_record
@@ -58,7 +59,7 @@ async def _owned_jobs(ctx: Context, streams: list[str]) -> set[str]:
 
 
 async def _decide(ctx: Context, container: DockerContainer, owned: set[str]) -> tuple[bool, str | None]:
-    info = container._container
+    info = dockerapi.listed(container)
     job_id = (info.get("Labels") or {}).get(LABEL_JOB)
     if not isinstance(job_id, str) or not job_id:
         return True, None

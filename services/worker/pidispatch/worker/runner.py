@@ -24,6 +24,7 @@ from aiodocker.exceptions import DockerError
 from pidispatch.common.errors import InfraError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
+from pidispatch.worker import dockerapi
 from pidispatch.worker.container import JOB_MOUNT, LABEL_HOST, LABEL_JOB, ContainerSpec, to_docker_config
 from pidispatch.worker.exitline import TAIL_BYTES, Tail
 
@@ -36,8 +37,6 @@ ABORTED_CODE = 137
 NEVER_STARTED = frozenset({125, 126, 127})
 OPERATOR_CANCEL = "operator-cancel"
 JOB_TIMEOUT = "job-timeout"
-# Long-lived requests (wait) must not time out on reads, but must fail fast on a dead daemon.
-LONG_REQUEST = aiohttp.ClientTimeout(total=None, sock_read=None, connect=5, sock_connect=5)
 # Every line is at least one byte, so this many last lines always hold the last TAIL_BYTES of output.
 TAIL_LINES = TAIL_BYTES
 FRAME_HEADER = 8
@@ -120,10 +119,7 @@ def _never_started(exc: DockerError, container_id: str | None) -> RunResult:
 
 async def _exit_code(docker: aiodocker.Docker, container_id: str) -> int:
     """The exit code once the container is not running (at once if it already exited)."""
-    resp = await docker._do_query(
-        f"containers/{container_id}/wait", "POST", params={"condition": "not-running"},
-        timeout=LONG_REQUEST,
-    )
+    resp = await dockerapi.wait_exit(docker, container_id)
     try:
         data: Any = await resp.json(content_type=None)
     finally:
@@ -166,7 +162,7 @@ async def _output(docker: aiodocker.Docker, container_id: str, capture: str | No
         params["tail"] = TAIL_LINES
     try:
         async with asyncio.timeout(LOGS_S):
-            resp = await docker._do_query(f"containers/{container_id}/logs", "GET", params=params)
+            resp = await dockerapi.logs(docker, container_id, params)
             try:
                 async for chunk in _frames(resp.content):
                     tail.feed(chunk)
@@ -339,7 +335,7 @@ async def find_started(docker: aiodocker.Docker, job_id: str, host: str) -> Left
     One that was created but never started is removed: nothing was spent, so the job simply runs again.
     """
     for container in await _list(docker, _job_filter(job_id, host)):
-        info: dict[str, Any] = container._container
+        info = dockerapi.listed(container)
         if info.get("State") == "created":
             await force_remove(container)
             continue

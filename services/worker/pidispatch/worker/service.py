@@ -27,6 +27,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import capability_tokens
+from pidispatch.common.runtime import stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
 from pidispatch.worker.context import Context, Held
@@ -118,18 +119,18 @@ class Worker:
                 return True
             except RedisError as exc:
                 self.ctx.redis_health.failed(reason=type(exc).__name__)
-                await self._pause(backoff.next())
+                await backoff.pause(self.stop)
         return False
 
     async def _loop(self) -> None:
         backoff = Backoff()
         while not self.stop.is_set():
             if not await self._docker_ready():
-                await self._pause(DOCKER_CHECK_S)
+                await stopped(self.stop, DOCKER_CHECK_S)
                 continue
             if self._free() == 0:
                 self.slot_freed.clear()
-                await self._pause(None, self.slot_freed)
+                await stopped(self.stop, None, wake=self.slot_freed)
                 continue
             try:
                 # Jobs this worker already holds (a restart's own pending ones) are followed even when
@@ -141,14 +142,14 @@ class Worker:
                     for stream, entry_id, fields in await self.upkeep.claim_orphans(self._free()):
                         self._launch(stream, entry_id, fields, origin="peer")
                 if await self._paused():
-                    await self._pause(PAUSE_CHECK_S)
+                    await stopped(self.stop, PAUSE_CHECK_S)
                     continue
                 entries = await self._read_new() if self._free() > 0 else []
                 self.ctx.redis_health.ok()
                 backoff.reset()
             except RedisError as exc:
                 self.ctx.redis_health.failed(reason=type(exc).__name__)
-                await self._pause(backoff.next())
+                await backoff.pause(self.stop)
                 continue
             for stream, entry_id, fields in entries:
                 # Read after the stop: left pending, and a restart reads its own pending entries first.
@@ -185,16 +186,9 @@ class Worker:
         return entries
 
     async def _wait_for_new(self, tips: dict[KeyT, StreamIdT]) -> None:
-        read = asyncio.ensure_future(self.redis.xread(tips, count=1, block=READ_BLOCK_MS))
-        stopping = asyncio.ensure_future(self.stop.wait())
-        try:
-            await asyncio.wait({read, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if not read.done():
-            read.cancel()
-        with contextlib.suppress(asyncio.CancelledError, RedisError):
-            await read
+        # Only a wake-up: a failed read costs nothing, the next pass reads the group again.
+        with contextlib.suppress(RedisError):
+            await unless_stopped(self.redis.xread(tips, count=1, block=READ_BLOCK_MS), self.stop)
 
     async def _launch_pending(self) -> bool:
         """Start own pending entries that are not running; True when none was left over for lack of slots."""
@@ -270,17 +264,6 @@ class Worker:
     def _retry_pending_later(self) -> None:
         due = time.monotonic() + self.hold_backoff.next()
         self.pending_due = due if self.pending_due is None else min(self.pending_due, due)
-
-    async def _pause(self, seconds: float | None, event: asyncio.Event | None = None) -> None:
-        """Sleep until ``seconds`` pass, ``event`` is set or the worker is stopping."""
-        waits = [asyncio.ensure_future(self.stop.wait())]
-        if event is not None:
-            waits.append(asyncio.ensure_future(event.wait()))
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
 
     async def _shutdown(self) -> bool:
         """Reading has stopped. Running jobs get ``PI_SHUTDOWN_GRACE`` to finish; the rest are left

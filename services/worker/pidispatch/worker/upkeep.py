@@ -21,6 +21,7 @@ from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROU
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields, text
 from pidispatch.common.registry import host_streams, path_shaped
+from pidispatch.common.runtime import every
 from pidispatch.common.streams import Entry, ack
 from pidispatch.worker.context import Context, Held, hash_fields
 from pidispatch.worker.runner import OPERATOR_CANCEL
@@ -90,15 +91,9 @@ class Upkeep:
             await pipe.execute()
 
     async def run_heartbeat(self) -> None:
+        # A missed beat is tried again on the next one, not sooner: the row outlives several beats.
         interval = self.ctx.settings.host_beat_ms / 1000
-        while not self.stop.is_set():
-            try:
-                await self.beat()
-                self.ctx.redis_health.ok()
-            except RedisError as exc:
-                self.ctx.redis_health.failed(reason=type(exc).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), interval)
+        await every(interval, self.beat, self.stop, self.ctx.redis_health, back_off=False)
 
     async def remove_row(self) -> None:
         """Clean shutdown with nothing left running: peers need not wait for the row to expire."""
@@ -127,11 +122,8 @@ class Upkeep:
                 await ctx.redis.set(ctx.keys.cancel_ack(h.job_id or ""), ctx.host, px=CANCEL_ACK_TTL_MS)
 
     async def run_cancel_poll(self) -> None:
-        while not self.stop.is_set():
-            with contextlib.suppress(RedisError):
-                await self.poll_cancels()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), CANCEL_POLL_S)
+        # Silent on Redis faults: the heartbeat's health already reports them.
+        await every(CANCEL_POLL_S, self.poll_cancels, self.stop, None, back_off=False)
 
     # ---- takeover -----------------------------------------------------------------------------------
 

@@ -1,0 +1,66 @@
+"""The script registry against a real redis-server: every script compiles, a call and a pipelined call both
+survive a Redis that lost its script cache, and ``bounded`` cuts a slow call as a Redis timeout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.exceptions import RedisError
+
+from pidispatch.common import scripts
+from pidispatch.common.keys import Keys
+from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.scripts import NTH_OLDEST_ID, Script
+
+
+def registered() -> list[Script]:
+    return [v for v in vars(scripts).values() if isinstance(v, Script)]
+
+
+async def test_every_registered_script_compiles(redis: Redis) -> None:
+    assert len(registered()) >= 13
+    for script in registered():
+        assert (await redis.script_load(script.script)) == script.sha
+
+
+async def test_a_call_after_the_script_cache_was_flushed_loads_it_once(redis: Redis, keys: Keys) -> None:
+    stream = keys.jobs
+    first = await redis.xadd(stream, {"a": "1"})
+    await redis.xadd(stream, {"a": "2"})
+    await redis.script_flush()
+    assert await NTH_OLDEST_ID(redis, [stream], [1]) == first
+    assert (await redis.script_exists(NTH_OLDEST_ID.sha)) == [True]
+    assert await NTH_OLDEST_ID(redis, [stream], [5]) != first
+
+
+async def test_a_pipelined_call_after_the_script_cache_was_flushed_loads_it_first(
+    redis: Redis, keys: Keys
+) -> None:
+    stream = keys.jobs
+    first = await redis.xadd(stream, {"a": "1"})
+    await redis.script_flush()
+    async with redis.pipeline(transaction=False) as pipe:
+        NTH_OLDEST_ID.in_pipeline(pipe, [stream], [1])
+        NTH_OLDEST_ID.in_pipeline(pipe, [keys.events], [1])
+        assert await pipe.execute() == [first, None]
+
+
+async def test_bounded_passes_the_reply_through(redis: Redis) -> None:
+    assert await bounded(redis.ping()) is True
+
+
+async def test_bounded_cuts_a_slow_call_as_both_a_redis_fault_and_a_timeout() -> None:
+    with pytest.raises(RedisError) as caught:
+        await bounded(asyncio.sleep(5), 0.05)
+    assert isinstance(caught.value, TimeoutError)
+    # Logs and error messages name it by class, as they did before the helper existed.
+    assert type(caught.value).__name__ == "TimeoutError"
+
+
+async def test_bounded_leaves_the_calls_own_timeout_alone() -> None:
+    async def own() -> None:
+        raise TimeoutError("inner")
+
+    with pytest.raises(TimeoutError, match="inner"):
+        await bounded(own(), 1)
