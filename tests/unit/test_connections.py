@@ -6,7 +6,7 @@ import asyncio
 
 import structlog
 
-from pidispatch.receiver.connections import AcceptErrors, client_cap
+from pidispatch.receiver.connections import AcceptErrors, Connections, client_cap
 
 
 def test_client_cap_keeps_a_quarter_and_at_least_32_descriptors() -> None:
@@ -24,3 +24,44 @@ async def test_a_burst_of_failed_accepts_is_one_log_line_with_the_count() -> Non
         for _ in range(500):
             handler(loop, context)
     assert [(x["event"], x["count"], x["errno"]) for x in logs] == [("accept_failed", 1, 24)]
+
+
+class _Handler:
+    """What the cap reads of aiohttp's protocol: its transport, and force_close."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.transport = name, object()
+
+    def force_close(self) -> None:
+        self.transport = None
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.connections: list[_Handler] = []
+
+    def __call__(self) -> _Handler:
+        return _Handler("new")
+
+
+def _cap_with(*names: str, cap: int) -> tuple[Connections, dict[str, _Handler]]:
+    server = _Server()
+    handlers = {name: _Handler(name) for name in names}
+    server.connections.extend(handlers.values())
+    connections = Connections(server, cap)  # type: ignore[arg-type]
+    connections._count = len(names)
+    return connections, handlers
+
+
+async def test_past_the_cap_the_oldest_slow_or_idle_connections_go_first_and_a_request_in_hand_last() -> None:
+    # A delivery that arrived in the middle of a flood of slow clients is older than the flood's tail:
+    # it must still outlive every connection that has not sent a whole request head.
+    connections, h = _cap_with("slow1", "delivery", "storing", "slow2", "idle", cap=4)
+    connections.requesting.add(h["delivery"])
+    connections.storing.add(h["storing"])
+    connections()  # one more: two over the cap
+    assert [n for n, x in h.items() if x.transport is None] == ["slow1", "slow2"]
+    connections._count = 10
+    connections()  # now even the requests in hand must make room, the oldest first
+    assert [n for n, x in h.items() if x.transport is None] == ["slow1", "delivery", "slow2", "idle"]
+    assert h["storing"].transport is not None  # a delivery being stored is never cut

@@ -116,9 +116,14 @@ class Receiver:
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         self._in_flight += 1
+        connections = self.connections
+        if connections is not None:  # a whole head arrived: shed after the slow and the idle ones
+            connections.requesting.add(request.protocol)
         try:
             return await self._route(request)
         finally:
+            if connections is not None:
+                connections.requesting.discard(request.protocol)
             self._in_flight -= 1
             if not self._in_flight and self._idle is not None and not self._idle.done():
                 self._idle.set_result(None)

@@ -3,8 +3,10 @@
 aiohttp closes a connection that has not completed its request headers (or sat idle after a response)
 within its keep-alive timeout; the receiver bounds the body read itself. Those deadlines alone would
 still let a few hundred slow clients hold every descriptor for seconds, so the listener also caps open
-connections below ``RLIMIT_NOFILE`` and, past the cap, closes the oldest ones that are not storing a
-verified delivery (valid deliveries are short-lived, so they are never the oldest).
+connections below ``RLIMIT_NOFILE`` and, past the cap, closes the oldest connections that have not sent
+a whole request head (or sit idle after one), then, only if that is not enough, the oldest requests
+still reading their body. A request storing a verified delivery is never closed. Age alone would not
+do: while a flood goes on, a valid delivery that arrived before its tail becomes the oldest.
 """
 
 from __future__ import annotations
@@ -45,13 +47,15 @@ def client_cap(limit: int) -> int:
 
 
 class Connections:
-    """The listener's protocol factory: aiohttp's, plus the cap. ``storing`` holds the protocols of
-    requests past their body read (the receiver adds and removes them), which are never shed."""
+    """The listener's protocol factory: aiohttp's, plus the cap. The receiver keeps two sets of
+    protocols: ``requesting`` (a whole request head arrived; shed last) and ``storing`` (past the body
+    read; never shed)."""
 
     def __init__(self, server: web.Server, cap: int) -> None:
         self._server = server
         self.cap = cap
         self._count = 0  # connections made since the last recount; an upper bound of the open ones
+        self.requesting: set[object] = set()
         self.storing: set[object] = set()
         self.shed = 0
         self._log = _Throttled("connections_shed")
@@ -67,13 +71,14 @@ class Connections:
         live = self._server.connections  # oldest first: aiohttp keeps them in connection order
         excess = len(live) + 1 - self.cap
         shed = 0
-        for handler in live:
-            if shed >= excess:
-                break
-            # Closed but not yet gone (its connection_lost is still queued) frees nothing more.
-            if handler.transport is not None and handler not in self.storing:
-                handler.force_close()
-                shed += 1
+        for spare in (self.requesting | self.storing, self.storing):
+            for handler in live:
+                if shed >= excess:
+                    break
+                # Closed but not yet gone (its connection_lost is still queued) frees nothing more.
+                if handler.transport is not None and handler not in spare:
+                    handler.force_close()
+                    shed += 1
         self.shed += shed
         self._count = len(live) + 1 - shed
         if shed:
