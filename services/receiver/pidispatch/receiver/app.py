@@ -25,6 +25,7 @@ from pidispatch.common.health import Health
 from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.receiver import verify
 from pidispatch.receiver.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
@@ -84,7 +85,7 @@ class Receiver:
         arms: dict[str, Arm],
         redis: Redis,
         keys: Keys,
-        clock: Callable[[], int],
+        clock: EpochMsClock,
         metrics: Metrics,
         spool: Spool | None = None,
     ) -> None:
@@ -342,7 +343,7 @@ def create_app(
     settings: Settings,
     redis: Redis,
     keys: Keys,
-    clock: Callable[[], int],
+    clock: EpochMsClock,
     config: ReceiverConfig | None = None,
     spool: Spool | None = None,
 ) -> web.Application:

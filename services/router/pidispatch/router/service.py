@@ -40,7 +40,7 @@ from pidispatch.common.keys import (
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, text
 from pidispatch.common.redis import Redis
-from pidispatch.common.runtime import now_ms, unless_stopped
+from pidispatch.common.runtime import EpochMsClock, now_ms, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -60,7 +60,6 @@ from pidispatch.router.rules import RulesRef
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.trim import trim_events
 
-Clock = Callable[[], int]
 Asker = Callable[[Question, str], Awaitable[Verdict]]
 
 CONSUMER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -128,7 +127,7 @@ async def run_router(
     keys: Keys,
     rules_ref: RulesRef,
     stop: asyncio.Event,
-    clock: Clock = now_ms,
+    clock: EpochMsClock = now_ms,
     *,
     self_ids: SelfIds | None = None,
     ask: Asker | None = None,
@@ -150,7 +149,7 @@ class Router:
         redis: Redis,
         keys: Keys,
         rules_ref: RulesRef,
-        clock: Clock,
+        clock: EpochMsClock,
         consumer: str,
         self_ids: SelfIds,
         ask: Asker,

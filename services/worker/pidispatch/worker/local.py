@@ -19,13 +19,14 @@ import re
 import signal
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields, text
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
 from pidispatch.worker.outcome import InfraFault, Refusal
 
@@ -322,7 +323,7 @@ def run_command(args: argparse.Namespace) -> object:
     return run_main(args, now_ms)
 
 
-async def run_main(args: argparse.Namespace, clock: Callable[[], int]) -> int:
+async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     """Every argument and folder check first, then settings, then Redis: a refused run touches nothing."""
     problem = argument_problem(args)
     if problem is not None:
