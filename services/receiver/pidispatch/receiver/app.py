@@ -35,7 +35,7 @@ from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest
 from pidispatch.receiver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pidispatch.receiver.metrics import Metrics
-from pidispatch.receiver.refusals import METHOD_NOT_ALLOWED, Refusal, not_configured
+from pidispatch.receiver.refusals import METHOD_NOT_ALLOWED, ReceiverRefusal, not_configured
 from pidispatch.receiver.spool import Record, Spool
 
 READY_TIMEOUT_S = 1.0
@@ -202,14 +202,14 @@ class Receiver:
         started = perf_counter()
         matched = arm.authenticate(head, body, self._clock())
         metrics.verify_time(name, perf_counter() - started)
-        if isinstance(matched, Refusal):
+        if isinstance(matched, ReceiverRefusal):
             return self._refuse(name, _log_event(head.event), head.delivery, matched)
         # Verified: the body is the forge's own from here on.
         previous = matched != 0
         if previous:
             metrics.verified_with_previous(name)
         verdict = arm.classify(head, body)
-        if isinstance(verdict, Refusal):
+        if isinstance(verdict, ReceiverRefusal):
             return self._refuse(name, _log_event(head.event), head.delivery, verdict, previous=previous)
         event, delivery, store = verdict
         if not store:
@@ -301,7 +301,7 @@ class Receiver:
         forge: str,
         event: str | None,
         delivery: str | None,
-        refusal: Refusal,
+        refusal: ReceiverRefusal,
         outcome: str = "refused",
         previous: bool = False,
     ) -> web.Response:
