@@ -78,7 +78,7 @@ RETRY_TICK_S = 0.5
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
 
-class Outcome(msgspec.Struct, frozen=True):
+class RouteOutcome(msgspec.Struct, frozen=True):
     outcome: str  # queued | dropped | deduplicated | pending
     reason: str = ""
     jobs: tuple[str, ...] = ()
@@ -92,7 +92,7 @@ class _Work(msgspec.Struct):
     fields: Fields
     event: Event | None = None
     decision: Drop | Fire | Ask | None = None
-    outcome: Outcome | None = None
+    outcome: RouteOutcome | None = None
     replies: list[Any] = msgspec.field(default_factory=list)
 
 
@@ -306,7 +306,7 @@ class Router:
             await self._failed(w, "processing-failed", type(exc).__name__)
             return
         if isinstance(w.decision, Drop):
-            w.outcome = Outcome("dropped", reason=w.decision.reason)
+            w.outcome = RouteOutcome("dropped", reason=w.decision.reason)
             self.log.info("dropped", delivery=event.delivery, reason=w.decision.reason)
 
     async def _ask(self, w: _Work) -> Verdict:
@@ -321,14 +321,14 @@ class Router:
         assert w.event is not None
         if not isinstance(verdict, Authorized):
             # Never a silent drop: the entry stays pending and is retried with backoff, then parked.
-            w.decision, w.outcome = None, Outcome("pending", reason=f"lookup-failed:{verdict.reason}")
+            w.decision, w.outcome = None, RouteOutcome("pending", reason=f"lookup-failed:{verdict.reason}")
             self.log.warning(
                 f"{w.event.forge}_lookup_failed", delivery=w.event.delivery, reason=verdict.reason
             )
             return
         w.decision = pipeline.resume(w.event, rules, self.self_ids, verdict.value is True)
         if isinstance(w.decision, Drop):
-            w.outcome = Outcome("dropped", reason=w.decision.reason)
+            w.outcome = RouteOutcome("dropped", reason=w.decision.reason)
             self.log.info("dropped", delivery=w.event.delivery, reason=w.decision.reason)
 
     async def _enqueue_page(self, fires: list[_Work]) -> None:
@@ -347,7 +347,7 @@ class Router:
                 continue
             w.outcome = self._outcome(w, ids, mine)
 
-    def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> Outcome:
+    def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> RouteOutcome:
         assert isinstance(w.decision, Fire) and w.event is not None
         carried, statuses = [], []
         for job_id, reply in zip(ids, replies, strict=True):
@@ -364,7 +364,7 @@ class Router:
                 )
         # "duplicate" means our own job already exists (a re-processed entry): that is still queued.
         outcome = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
-        return Outcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
+        return RouteOutcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
 
     async def _record_page(self, work: list[_Work]) -> None:
         """Decisions and acks in one MULTI: each entry is either finished and explained, or still

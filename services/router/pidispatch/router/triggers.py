@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.refusal import ID_RE, Entry, Refusal, integer, nonblank, trim
+from pidispatch.router.refusal import ID_RE, Entry, TriggerRefusal, integer, nonblank, trim
 from pidispatch.router.rules import (
     CloseRule,
     CommentRule,
@@ -68,7 +68,7 @@ def parse_triggers(text: str, name: str = "triggers.json") -> Rules:
     """Validate the whole file text and group it; any problem raises one ``ConfigError`` line."""
     try:
         return _parse(text)
-    except Refusal as exc:
+    except TriggerRefusal as exc:
         raise ConfigError(f"PI_TRIGGERS_FILE {name}: {exc}") from None
 
 
@@ -136,20 +136,20 @@ def _decode(text: str) -> Any:
     try:
         data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
     except RecursionError:
-        raise Refusal("is nested too deeply; accepted: one JSON object") from None
+        raise TriggerRefusal("is nested too deeply; accepted: one JSON object") from None
     except ValueError as exc:
         where = f" (line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise Refusal(f"is not valid JSON{where}; accepted: one JSON object") from None
+        raise TriggerRefusal(f"is not valid JSON{where}; accepted: one JSON object") from None
     if duplicates:
         # JSON keeps the last value silently, so the reviewed file and the running one would differ.
-        raise Refusal(f"key {duplicates[0]!r} is duplicated; accepted: each key once per object")
+        raise TriggerRefusal(f"key {duplicates[0]!r} is duplicated; accepted: each key once per object")
     return data
 
 
 def _parse(text: str) -> Rules:
     data = _decode(text)
     if not isinstance(data, dict) or not isinstance(data.get("triggers"), list):
-        raise Refusal('must be an object with a "triggers" array')
+        raise TriggerRefusal('must be an object with a "triggers" array')
     groups: dict[str, dict[str, Any]] = {
         k: {"label": [], "comment": None, "pull_request": [], "pr_close": [], "issue": []}
         for k in FORGE_KINDS
@@ -192,12 +192,12 @@ def _place(e: Entry, group: dict[str, Any], slot: str, rule: Rule) -> None:
 
 def _entry(index: int, raw: Any) -> Entry:
     if not isinstance(raw, dict):
-        raise Refusal(f"triggers[{index}] must be an object with object 'on' and object 'run'")
+        raise TriggerRefusal(f"triggers[{index}] must be an object with object 'on' and object 'run'")
     on, run = raw.get("on"), raw.get("run")
     if not isinstance(on, dict):
-        raise Refusal(f"triggers[{index}].on must be an object")
+        raise TriggerRefusal(f"triggers[{index}].on must be an object")
     if not isinstance(run, dict):
-        raise Refusal(f"triggers[{index}].run must be an object")
+        raise TriggerRefusal(f"triggers[{index}].run must be an object")
     entry = Entry(index, on, run)
     # "disarmed" is what a spent one-shot normalises to, never a type an operator writes.
     if on.get("type") not in ON_TYPES:
