@@ -12,7 +12,7 @@ from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.worker import sentences
-from pidispatch.worker.context import Context
+from pidispatch.worker.context import WorkerContext
 from pidispatch.worker.forgeapi import forge_api
 from pidispatch.worker.outcome import InfraFault
 
@@ -29,7 +29,7 @@ def answer_for(outcome: str, reason: str | None, *, local: bool) -> str | None:
     return sentences.refusal(reason or "", local=local)
 
 
-async def post_answer(ctx: Context, job: Job, text: str) -> None:
+async def post_answer(ctx: WorkerContext, job: Job, text: str) -> None:
     log = get_logger()
     if job.kind == "local" or ctx.http is None:
         log.info("comment", job=job.id, text=text)

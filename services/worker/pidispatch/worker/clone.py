@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
 from pidispatch.worker.local import SHA_RE, git, git_env
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobRefusal
 
 CLONE_FAILED = "clone-failed"
 SHA_GONE = "sha-gone"
@@ -73,10 +73,10 @@ def clone_problem(*, clone_url: str, sha: str, token: str, username: str) -> str
     return None
 
 
-def classify(output: bytes) -> Refusal | None:
+def classify(output: bytes) -> JobRefusal | None:
     """Pure: a failed git call whose output says the commit is gone is ``sha-gone``; else None (retried)."""
     lowered = output.lower()
-    return Refusal(SHA_GONE) if any(m in lowered for m in SHA_GONE_MARKERS) else None
+    return JobRefusal(SHA_GONE) if any(m in lowered for m in SHA_GONE_MARKERS) else None
 
 
 def clone_env(base: Mapping[str, str], workspace: str, home: str) -> dict[str, str]:
@@ -137,7 +137,7 @@ def _fault(code: str | int) -> InfraFault:
 
 async def _clone(
     workspace: str, clone_url: str, sha: str, token: str, username: str, home: str
-) -> Refusal | None:
+) -> JobRefusal | None:
     env = clone_env(os.environ, workspace, home)
     secret_env = {
         **env,
@@ -183,10 +183,10 @@ async def clone_tip(
     token: str,
     username: str,
     timeout_s: float = CLONE_TIMEOUT_S,
-) -> Refusal | None:
+) -> JobRefusal | None:
     """Fill ``workspace`` (created and empty) with the commit ``sha`` of ``clone_url``, depth 1, detached.
 
-    Returns ``Refusal("sha-gone")`` when the forge no longer has the commit, None on success. Raises
+    Returns ``JobRefusal("sha-gone")`` when the forge no longer has the commit, None on success. Raises
     ``ConfigError`` for a malformed sha, URL (not http/https, or with user information), token or username,
     and ``InfraFault("clone-failed")`` (retried) for anything else, a timeout included. ``username`` is
     what git sends beside the token: ``x-access-token`` (GitHub), ``oauth2`` (GitLab), any name elsewhere.

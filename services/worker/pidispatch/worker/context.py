@@ -23,7 +23,7 @@ from pidispatch.worker.runner import Abort
 
 
 @dataclass
-class Context:
+class WorkerContext:
     settings: Settings
     redis: Redis
     keys: Keys
@@ -64,7 +64,7 @@ def hash_fields(fields: Mapping[str, str]) -> dict[FieldT, EncodableT]:
     return {k: v for k, v in fields.items()}
 
 
-async def set_state(ctx: Context, job_id: str, **fields: str) -> None:
+async def set_state(ctx: WorkerContext, job_id: str, **fields: str) -> None:
     """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run."""
     key = ctx.keys.job(job_id)
     try:

@@ -1,6 +1,6 @@
 """How a step of a job's ladder can end short of running: a named refusal, or a retried fault.
 
-A ``Refusal`` is determinate: recorded ``policy`` with its reason token, never retried.
+A ``JobRefusal`` is determinate: recorded ``policy`` with its reason token, never retried.
 An ``InfraFault`` is an infrastructure failure: the attempt is recorded ``failed`` and the job retried
 while attempts remain. ``refund`` says whether nothing was spent, so a budget slot
 reserved for the attempt is given back (only ``container-never-started`` and faults before the container).
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class JobRefusal:
     reason: str
     budget_reserved: bool = False
 
@@ -32,7 +32,7 @@ class InfraFault(Exception):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AttemptOutcome:
     """How one attempt ended, as its record will say; ``retry`` marks a failed attempt that may run again."""
 
     outcome: str

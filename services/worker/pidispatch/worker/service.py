@@ -30,7 +30,7 @@ from pidispatch.common.registry import capability_tokens
 from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
-from pidispatch.worker.context import Context, Held
+from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.lifecycle import Hold, process
 from pidispatch.worker.mirror import Mirror
@@ -56,7 +56,7 @@ class Worker:
         self.settings, self.redis, self.keys, self.docker, self.stop = settings, redis, keys, docker, stop
         caps = frozenset(capability_tokens((name for name, _ in settings.secret_profiles), ()))
         mirror = Mirror(redis, keys, settings.log_retention_days) if settings.worker_name_declared else None
-        self.ctx = Context(
+        self.ctx = WorkerContext(
             settings, redis, keys, docker, clock, env, Health("redis_unreachable", "redis_restored"),
             caps=caps,
             mirror=mirror,
