@@ -24,7 +24,7 @@ class TriggerRefusal(Exception):
     """One line naming the entry, the field and what is accepted; ``triggers`` adds the file name."""
 
 
-class Entry:
+class TriggerEntry:
     """A raw entry being validated: ``on`` and ``run`` as decoded, ``kind`` the run kind."""
 
     __slots__ = ("index", "kind", "on", "run")
