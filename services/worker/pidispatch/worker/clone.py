@@ -18,10 +18,9 @@ import tempfile
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
 from pidispatch.worker.local import SHA_RE, git, git_env
-from pidispatch.worker.outcome import InfraFault, JobRefusal
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused, JobRefusal
 
 CLONE_FAILED = "clone-failed"
 SHA_GONE = "sha-gone"
@@ -187,13 +186,14 @@ async def clone_tip(
     """Fill ``workspace`` (created and empty) with the commit ``sha`` of ``clone_url``, depth 1, detached.
 
     Returns ``JobRefusal("sha-gone")`` when the forge no longer has the commit, None on success. Raises
-    ``ConfigError`` for a malformed sha, URL (not http/https, or with user information), token or username,
-    and ``InfraFault("clone-failed")`` (retried) for anything else, a timeout included. ``username`` is
-    what git sends beside the token: ``x-access-token`` (GitHub), ``oauth2`` (GitLab), any name elsewhere.
+    ``JobConfigRefused`` for a malformed sha, URL (not http/https, or with user information), token or
+    username, and ``InfraFault("clone-failed")`` (retried) for anything else, a timeout included.
+    ``username`` is what git sends beside the token: ``x-access-token`` (GitHub), ``oauth2`` (GitLab),
+    any name elsewhere.
     """
     problem = clone_problem(clone_url=clone_url, sha=sha, token=token, username=username)
     if problem is not None:
-        raise ConfigError(problem)
+        raise JobConfigRefused(problem)
     try:
         home = await asyncio.to_thread(_make_askpass_home)
     except OSError:

@@ -14,7 +14,6 @@ import os
 
 from redis.exceptions import RedisError
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
@@ -27,7 +26,7 @@ from pidispatch.worker.exitline import parse_exit_line
 from pidispatch.worker.forgeapi import Tip, forge_api
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import inspect_folder, local_user
-from pidispatch.worker.outcome import AttemptOutcome, JobRefusal
+from pidispatch.worker.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
 from pidispatch.worker.preflight import image_refusal, inspect_image
 from pidispatch.worker.runner import DockerUnavailable, RunResult, classify, run_container
 from pidispatch.worker.secrets import resolve_secrets
@@ -136,13 +135,13 @@ async def _forge_gates(ctx: WorkerContext, job: Job) -> tuple[str, Tip] | JobRef
     (never the webhook's fields), and that branch must be protected."""
     try:
         if ctx.http is None:  # only a worker built without its HTTP session (a test) gets here
-            raise ConfigError("no HTTP client for forge calls")
+            raise JobConfigRefused("no HTTP client for forge calls")
         api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
         token = await api.mint()
         tip = await api.protected_tip(token)
         if tip is None:
             return JobRefusal("unprotected-branch")
-    except ConfigError:
+    except JobConfigRefused:
         # Recorded ``config-refused``: the message may name paths or variables, so it stays out.
         get_logger().warning("refused_config", job=job.id, kind=job.kind, step="forge")
         return JobRefusal("config-refused")
@@ -156,7 +155,7 @@ async def _clone(job: Job, job_dir: str, tip: Tip, token: str) -> JobRefusal | N
             os.path.join(job_dir, "workspace"), clone_url=tip.clone_url, sha=tip.sha, token=token,
             username=GIT_USERNAMES.get(job.kind, "pi-dispatch"),
         )
-    except ConfigError:
+    except JobConfigRefused:
         get_logger().warning("refused_config", job=job.id, kind=job.kind, step="clone")
         return JobRefusal("config-refused")
 
@@ -178,7 +177,7 @@ async def _spend(
     try:
         env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets, forge_token=token)
         spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace)
-    except (SpecRefused, ConfigError, ValueError):
+    except (SpecRefused, JobConfigRefused, ValueError):
         # Recorded ``config-refused``: nothing ran, so the reservation goes back.
         await spend.refund()
         return refuse(job, "config-refused")

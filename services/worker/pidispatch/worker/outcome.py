@@ -1,6 +1,7 @@
 """How a step of a job's ladder can end short of running: a named refusal, or a retried fault.
 
 A ``JobRefusal`` is determinate: recorded ``policy`` with its reason token, never retried.
+A ``JobConfigRefused`` is raised where a step finds the job unrunnable; recorded ``config-refused``.
 An ``InfraFault`` is an infrastructure failure: the attempt is recorded ``failed`` and the job retried
 while attempts remain. ``refund`` says whether nothing was spent, so a budget slot
 reserved for the attempt is given back (only ``container-never-started`` and faults before the container).
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 class JobRefusal:
     reason: str
     budget_reserved: bool = False
+
+
+class JobConfigRefused(Exception):
+    """This job cannot run as configured: its own fields, the forge's answer or a credential it needs.
+    Recorded ``config-refused`` and never retried; unlike ``ConfigError`` the worker does not exit."""
 
 
 class InfraFault(Exception):
