@@ -21,7 +21,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -78,8 +78,12 @@ RETRY_TICK_S = 0.5
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
 
+# What became of one delivery; ``pending`` is written but not acked, so the entry is processed again.
+RouteOutcomeName = Literal["queued", "dropped", "deduplicated", "pending"]
+
+
 class RouteOutcome(msgspec.Struct, frozen=True):
-    outcome: str  # queued | dropped | deduplicated | pending
+    outcome: RouteOutcomeName
     reason: str = ""
     jobs: tuple[str, ...] = ()
     trigger: str = ""
@@ -363,7 +367,7 @@ class Router:
                     existing=status == "duplicate",
                 )
         # "duplicate" means our own job already exists (a re-processed entry): that is still queued.
-        outcome = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
+        outcome: RouteOutcomeName = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
         return RouteOutcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
 
     async def _record_page(self, work: list[_Work]) -> None:

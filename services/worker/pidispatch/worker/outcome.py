@@ -10,11 +10,14 @@ reserved for the attempt is given back (only ``container-never-started`` and fau
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from pidispatch.worker.exitline import ExitInfo
     from pidispatch.worker.runner import RunResult
+
+# The outcome an attempt's record carries: ``policy`` is a determinate stop, ``failed`` may be retried.
+OutcomeName = Literal["completed", "policy", "failed"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class InfraFault(Exception):
 class AttemptOutcome:
     """How one attempt ended, as its record will say; ``retry`` marks a failed attempt that may run again."""
 
-    outcome: str
+    outcome: OutcomeName
     reason: str | None
     result: RunResult | None = None
     exit_info: ExitInfo | None = None
