@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Target
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.clone import ASKPASS_NAME, CLONE_FAILED, SHA_GONE, clone_tip, hand_over
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused, JobRefusal
 from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
 from tests.support.gitserver import GitServer, git_server
 from tests.support.polling import wait_for
@@ -232,7 +231,7 @@ async def test_an_unknown_sha_is_refused_as_sha_gone(
     gone = "0123456789abcdef0123456789abcdef01234567"
     result = await clone_tip(str(job_dir / "workspace"), clone_url=server.url, sha=gone, token=token,
                              username=USERNAME)
-    assert result == Refusal(SHA_GONE)
+    assert result == JobRefusal(SHA_GONE)
     assert list(scratch_tmp.iterdir()) == []
 
 
@@ -361,7 +360,7 @@ async def test_malformed_inputs_are_configuration_errors_before_any_git_call(
 ) -> None:
     args = {"clone_url": "https://example.invalid/o/r.git", "sha": "a" * 40, "token": "ghs_x",
             "username": USERNAME, field: value}
-    with pytest.raises(ConfigError, match=hint) as exc:
+    with pytest.raises(JobConfigRefused, match=hint) as exc:
         await clone_tip(str(job_dir / "workspace"), **args)
     assert "ghs_" not in str(exc.value) and "example.invalid" not in str(exc.value)
     assert list((job_dir / "workspace").iterdir()) == []

@@ -17,8 +17,8 @@ from pidispatch.receiver.arms import (
     GITHUB_EVENTS,
     GITLAB_OBJECT_KINDS,
     Arm,
-    Head,
-    Verdict,
+    Classification,
+    RequestHead,
     configure_arms,
     forge_for_path,
     normalise_path,
@@ -69,13 +69,15 @@ def _arm(env: Mapping[str, str], forge: str) -> Arm:
 
 def _run(
     arm: Arm, headers: Mapping[str, str], body: bytes = BODY, method: str = "POST", now_ms: int = NOW_MS
-) -> tuple[Head, int | refusals.Refusal | None, Verdict | refusals.Refusal | None]:
+) -> tuple[
+    RequestHead, int | refusals.ReceiverRefusal | None, Classification | refusals.ReceiverRefusal | None
+]:
     """The three steps as the app runs them, stopping at the first refusal."""
     head = arm.head(method, CIMultiDict(headers), len(body))
     if head.refusal is not None:
         return head, None, None
     matched = arm.authenticate(head, body, now_ms)
-    if isinstance(matched, refusals.Refusal):
+    if isinstance(matched, refusals.ReceiverRefusal):
         return head, matched, None
     return head, matched, arm.classify(head, body)
 
@@ -89,7 +91,7 @@ def test_webhook_secret_enables_github_with_that_secret() -> None:
     gh = arms["github"]
     assert (gh.name, gh.path) == ("github", "/github")
     _, matched, verdict = _run(gh, github_headers(BODY, "issues", "d-1", secret="s3cret"))
-    assert (matched, verdict) == (0, Verdict("issues", "d-1", True))
+    assert (matched, verdict) == (0, Classification("issues", "d-1", True))
     _, matched, _ = _run(gh, github_headers(BODY, "issues", "d-1", secret="other"))
     assert matched is refusals.INVALID_SIGNATURE
 
@@ -244,21 +246,21 @@ def test_only_actionable_events_are_stored() -> None:
 def test_github_ping_is_verified_then_not_stored() -> None:
     gh = _arm({"WEBHOOK_SECRET": "s"}, "github")
     _, matched, verdict = _run(gh, github_headers(BODY, "ping", "d-1", secret="s"))
-    assert (matched, verdict) == (0, Verdict("ping", "d-1", False))
+    assert (matched, verdict) == (0, Classification("ping", "d-1", False))
 
 
 @pytest.mark.parametrize("sender", ["forgejo", "gitea"])
 def test_forgejo_and_gitea_deliveries_verify(sender: str) -> None:
     arm = _arm(forgejo_env(), "forgejo")
     head, matched, verdict = _run(arm, forgejo_headers(BODY, "issues", "fj-1", sender=sender))
-    assert (matched, verdict) == (0, Verdict("issues", "fj-1", True))
+    assert (matched, verdict) == (0, Classification("issues", "fj-1", True))
     assert head.credential[0] == ""  # the bare-hex header was the one checked
 
 
 def test_forgejo_github_compatible_headers_alone_verify() -> None:
     arm = _arm(forgejo_env(), "forgejo")
     headers = github_headers(BODY, "pull_request", "gh-style", secret=FORGEJO_SECRET)
-    assert _run(arm, headers)[1:] == (0, Verdict("pull_request", "gh-style", True))
+    assert _run(arm, headers)[1:] == (0, Classification("pull_request", "gh-style", True))
 
 
 def test_forgejo_signature_is_not_rescued_by_another_header() -> None:
@@ -272,7 +274,7 @@ def test_forgejo_event_comes_from_the_delivery_headers_family() -> None:
     arm = _arm(forgejo_env(), "forgejo")
     headers = forgejo_headers(BODY, "issues", "fj-1")
     headers["X-GitHub-Event"] = "push"
-    assert _run(arm, headers)[2] == Verdict("issues", "fj-1", True)
+    assert _run(arm, headers)[2] == Classification("issues", "fj-1", True)
     del headers["X-Forgejo-Event"]  # Forgejo's delivery id without its event name
     head = arm.head("POST", CIMultiDict(headers), len(BODY))
     assert head.refusal is refusals.MISSING_EVENT_HEADERS
@@ -292,10 +294,10 @@ def test_gitlab_signature_mode_routes_on_object_kind() -> None:
     headers = gitlab_signature_headers(body, "msg-1", NOW_MS // 1000, event="Merge Request Hook")
     head, matched, verdict = _run(arm, headers, body)
     assert head.event == "Merge Request Hook"
-    assert (matched, verdict) == (0, Verdict("merge_request", "msg-1", True))
+    assert (matched, verdict) == (0, Classification("merge_request", "msg-1", True))
     push = b'{"object_kind":"push"}'
     headers = gitlab_signature_headers(push, "msg-2", NOW_MS // 1000, event="Issue Hook")
-    assert _run(arm, headers, push)[2] == Verdict("push", "msg-2", False)  # the header is not used
+    assert _run(arm, headers, push)[2] == Classification("push", "msg-2", False)  # the header is not used
 
 
 def test_gitlab_signature_mode_refuses_the_token_modes_header() -> None:
@@ -307,7 +309,7 @@ def test_gitlab_signature_mode_refuses_the_token_modes_header() -> None:
 def test_gitlab_idempotency_key_is_the_delivery_but_not_the_signed_id() -> None:
     token = _arm(gitlab_token_env(), "gitlab")
     body = b'{"object_kind":"issue"}'
-    assert _run(token, gitlab_token_headers("legacy-1", legacy_id=True), body)[2] == Verdict(
+    assert _run(token, gitlab_token_headers("legacy-1", legacy_id=True), body)[2] == Classification(
         "issue", "legacy-1", True
     )
     signature = _arm(gitlab_signature_env(), "gitlab")
@@ -343,9 +345,9 @@ def test_azure_basic_mode_reads_the_delivery_from_the_body() -> None:
     body = b'{"id":"0b1d","eventType":"git.pullrequest.created","notificationId":4}'
     head, matched, verdict = _run(arm, azure_basic_headers(), body)
     assert (head.event, head.delivery) == (None, None)
-    assert (matched, verdict) == (0, Verdict("git.pullrequest.created", "0b1d", True))
+    assert (matched, verdict) == (0, Classification("git.pullrequest.created", "0b1d", True))
     push = b'{"id":"0b1e","eventType":"git.push"}'
-    assert _run(arm, azure_basic_headers(), push)[2] == Verdict("git.push", "0b1e", False)
+    assert _run(arm, azure_basic_headers(), push)[2] == Classification("git.push", "0b1e", False)
     assert _run(arm, azure_basic_headers(), b'{"eventType":"git.push"}')[2] is (
         refusals.AZURE_MISSING_DELIVERY_ID
     )

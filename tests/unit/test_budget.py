@@ -20,7 +20,7 @@ from pidispatch.worker.budget import (
     token_cap_refusal,
     windows,
 )
-from pidispatch.worker.outcome import Refusal
+from pidispatch.worker.outcome import JobRefusal
 
 
 def ms(iso: str) -> int:
@@ -71,7 +71,7 @@ async def test_over_the_day_cap_refuses_and_keeps_the_increment(redis: Redis, ke
     day = keys.budget_day("2026-12-03")
     await redis.set(day, 10)
     got = await reserve(redis, keys, settings(keys, PI_DAILY_CAP="10"), NOW)
-    assert got == Refusal("over-budget", budget_reserved=True)
+    assert got == JobRefusal("over-budget", budget_reserved=True)
     assert await count(redis, day) == 11
 
 
@@ -82,7 +82,7 @@ async def test_soft_hold_band_refuses_before_the_cap(redis: Redis, keys: Keys) -
     first = await reserve(redis, keys, s, NOW)  # 4 > floor(5 * 80 / 100) = 4 is false: runs
     assert isinstance(first, Reservation)
     second = await reserve(redis, keys, s, NOW)  # 5 > 4: held
-    assert second == Refusal("soft-hold", budget_reserved=True)
+    assert second == JobRefusal("soft-hold", budget_reserved=True)
     assert await count(redis, day) == 5
 
 
@@ -90,11 +90,11 @@ async def test_over_budget_in_any_window_beats_soft_hold_in_another(redis: Redis
     s = settings(keys, PI_DAILY_CAP="10", PI_SOFT_HOLD_PCT="50", PI_WEEKLY_CAP="3")
     await redis.set(keys.budget_day("2026-12-03"), 7)
     await redis.set(keys.budget_week("2026-11-30"), 3)
-    assert await reserve(redis, keys, s, NOW) == Refusal("over-budget", budget_reserved=True)
+    assert await reserve(redis, keys, s, NOW) == JobRefusal("over-budget", budget_reserved=True)
 
 
 async def test_a_cap_of_zero_refuses_every_job(redis: Redis, keys: Keys) -> None:
-    assert await reserve(redis, keys, settings(keys, PI_DAILY_CAP="0"), NOW) == Refusal(
+    assert await reserve(redis, keys, settings(keys, PI_DAILY_CAP="0"), NOW) == JobRefusal(
         "over-budget", budget_reserved=True
     )
 
@@ -158,7 +158,7 @@ async def test_token_cap_is_a_lagging_read_only_cap(redis: Redis, keys: Keys) ->
     assert await token_cap_refusal(redis, keys, s, NOW) is None
     assert BUDGET_DAY_TTL_S - 5 <= await redis.ttl(key) <= BUDGET_DAY_TTL_S
     await record_token_spend(redis, keys, s, NOW, 1)
-    assert await token_cap_refusal(redis, keys, s, NOW) == Refusal("daily-token-cap")
+    assert await token_cap_refusal(redis, keys, s, NOW) == JobRefusal("daily-token-cap")
     assert await count(redis, key) == 100
 
 
@@ -168,7 +168,7 @@ async def test_token_cap_off_or_zero(redis: Redis, keys: Keys) -> None:
     assert await count(redis, keys.budget_tokens("2026-12-03")) is None
     assert await token_cap_refusal(redis, keys, off, NOW) is None
     zero = settings(keys, PI_DAILY_TOKEN_CAP="0")
-    assert await token_cap_refusal(redis, keys, zero, NOW) == Refusal("daily-token-cap")
+    assert await token_cap_refusal(redis, keys, zero, NOW) == JobRefusal("daily-token-cap")
 
 
 async def test_no_tokens_or_a_nonsense_total_records_nothing(redis: Redis, keys: Keys) -> None:

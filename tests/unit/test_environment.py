@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.environment import container_env
+from pidispatch.worker.outcome import JobConfigRefused
 from tests.support.payloads import load_fixture
 
 NAME = "pi-job-gh-1"
@@ -145,15 +145,15 @@ def test_github_and_local_jobs_get_the_github_token_variables() -> None:
 
 def test_token_for_an_unknown_kind_or_an_empty_token_is_a_config_error() -> None:
     odd = github_job(kind="bitbucket")
-    with pytest.raises(ConfigError):
+    with pytest.raises(JobConfigRefused):
         container_env(odd, name=NAME, settings=settings(), host_env={}, secrets={}, forge_token="t")
     assert "GITHUB_TOKEN" not in container_env(odd, name=NAME, settings=settings(), host_env={}, secrets={})
-    with pytest.raises(ConfigError):
+    with pytest.raises(JobConfigRefused):
         container_env(github_job(), name=NAME, settings=settings(), host_env={}, secrets={}, forge_token="")
 
 
 def test_a_secret_name_that_could_set_another_variable_is_refused() -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(JobConfigRefused):
         container_env(github_job(), name=NAME, settings=settings(), host_env={}, secrets={"A=B": "x"})
 
 

@@ -27,7 +27,7 @@ from pidispatch.worker.forgeapi import (
     forge_api,
     strip_username,
 )
-from pidispatch.worker.outcome import InfraFault
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 from tests.support.forges import (
     TIP_SHA,
     FakeForge,
@@ -182,7 +182,7 @@ async def test_the_clone_url_handed_out_by_the_forge_is_used(case: Case) -> None
 ])
 async def test_an_unusable_clone_url_is_a_config_error_that_does_not_quote_it(case: Case, bad: str) -> None:
     case.repo(clone_url=bad)
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(JobConfigRefused) as refused:
         await case.api().tip(case.token)
     assert "127.0.0.1" not in str(refused.value) and "leak" not in str(refused.value)
 
@@ -190,19 +190,19 @@ async def test_an_unusable_clone_url_is_a_config_error_that_does_not_quote_it(ca
 @pytest.mark.parametrize("branch", ["-upload-pack=evil", "a..b", "has space", "ends.lock", "x\ny", "@"])
 async def test_an_unsafe_default_branch_name_is_refused(case: Case, branch: str) -> None:
     case.repo(default_branch=branch)
-    with pytest.raises(ConfigError, match="default branch"):
+    with pytest.raises(JobConfigRefused, match="default branch"):
         await case.api().tip(case.token)
 
 
 async def test_a_repository_without_a_default_branch_is_refused(case: Case) -> None:
     case.repo(default_branch=None)
-    with pytest.raises(ConfigError, match="no default branch"):
+    with pytest.raises(JobConfigRefused, match="no default branch"):
         await case.api().tip(case.token)
 
 
 async def test_an_unknown_repository_is_a_config_error(case: Case) -> None:
     case.fake.state["repos"].clear()
-    with pytest.raises(ConfigError, match="HTTP 404"):
+    with pytest.raises(JobConfigRefused, match="HTTP 404"):
         await case.api().tip(case.token)
 
 
@@ -231,7 +231,7 @@ async def test_a_garbled_commit_id_is_a_retried_fault(case: Case) -> None:
 
 async def test_a_redirect_is_refused_and_never_followed(case: Case) -> None:
     case.fake.script(case.routes["repo"], redirect(f"{case.fake.url}/elsewhere", status=301))
-    with pytest.raises(ConfigError, match="HTTP 301"):
+    with pytest.raises(JobConfigRefused, match="HTTP 301"):
         await case.api().tip(case.token)
     assert [r.path for r in case.fake.requests if r.path == "/elsewhere"] == []
 
@@ -239,13 +239,13 @@ async def test_a_redirect_is_refused_and_never_followed(case: Case) -> None:
 @pytest.mark.parametrize("status", [401, 403])
 async def test_refused_credentials_are_a_config_error_without_the_token(case: Case, status: int) -> None:
     case.fake.answer(case.routes["repo"], status)
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(JobConfigRefused) as refused:
         await case.api().tip(case.token)
     assert f"HTTP {status}" in str(refused.value) and case.token not in str(refused.value)
 
 
 async def test_a_wrong_token_is_refused_by_the_forge_itself(case: Case) -> None:
-    with pytest.raises(ConfigError, match="HTTP 401"):
+    with pytest.raises(JobConfigRefused, match="HTTP 401"):
         await case.api().tip("wrong-token")
 
 
@@ -308,8 +308,8 @@ async def test_an_unprotected_default_branch_is_not(case: Case) -> None:
 
 @pytest.mark.parametrize(("status", "headers", "expected"), [
     (500, None, UNAVAILABLE), (503, None, UNAVAILABLE), (429, None, RATE_LIMITED),
-    (403, {"Retry-After": "5"}, RATE_LIMITED), (401, None, ConfigError), (403, None, ConfigError),
-    (422, None, ConfigError),
+    (403, {"Retry-After": "5"}, RATE_LIMITED), (401, None, JobConfigRefused), (403, None, JobConfigRefused),
+    (422, None, JobConfigRefused),
 ])
 async def test_only_a_404_means_unprotected(
     case: Case, status: int, headers: dict[str, str] | None, expected: Any
@@ -317,8 +317,8 @@ async def test_only_a_404_means_unprotected(
     api = case.api()
     await api.tip(case.token)  # Azure learns the repository id here, as the worker's ladder does
     case.fake.answer(case.routes["protection"], status, headers=headers)
-    if expected is ConfigError:
-        with pytest.raises(ConfigError, match=f"HTTP {status}"):
+    if expected is JobConfigRefused:
+        with pytest.raises(JobConfigRefused, match=f"HTTP {status}"):
             await api.protected(case.token, "main")
     else:
         with pytest.raises(InfraFault) as fault:
@@ -392,7 +392,7 @@ async def test_a_comment_failure_is_classified(case: Case) -> None:
     with pytest.raises(InfraFault):
         await api.comment(case.token, "text")
     case.fake.answer(case.routes["issue"], 404)
-    with pytest.raises(ConfigError):
+    with pytest.raises(JobConfigRefused):
         await api.comment(case.token, "text")
     assert posted(case.fake) == []
 
@@ -400,7 +400,7 @@ async def test_a_comment_failure_is_classified(case: Case) -> None:
 @pytest.mark.parametrize("target", [None, Target(type="commit", number=1), Target(type="issue", number=0)])
 async def test_a_job_without_an_item_has_nowhere_to_comment(case: Case, target: Target | None) -> None:
     job = Job(**{**_fields(case.job()), "target": target})
-    with pytest.raises(ConfigError, match="no issue or pull request"):
+    with pytest.raises(JobConfigRefused, match="no issue or pull request"):
         await case.api(job).comment(case.token, "text")
     assert case.fake.calls(case.routes["issue"]) == []
 
@@ -455,7 +455,7 @@ async def test_an_app_job_token_reaches_its_repository_and_no_other(
     token = await api.mint()
     assert (await api.tip(token)).sha == TIP_SHA
     other = forge_api(github_job("gh-2", "Codertocat/Other"), config, http, auth)
-    with pytest.raises(ConfigError, match="HTTP 404"):
+    with pytest.raises(JobConfigRefused, match="HTTP 404"):
         await other.tip(token)
 
 
@@ -473,9 +473,10 @@ async def test_the_routers_cached_token_is_untouched_by_job_mints(
     (lambda: reply(500), UNAVAILABLE), (lambda: reply(429), RATE_LIMITED),
     (lambda: reply(403, {"message": "slow"}, headers={"Retry-After": "9"}), RATE_LIMITED),
     (lambda: disconnect(times=1), UNAVAILABLE), (lambda: raw("<html/>", 201), UNAVAILABLE),
-    (lambda: reply(401, {"message": "Bad credentials"}), ConfigError), (lambda: reply(404), ConfigError),
-    (lambda: reply(403, {"message": "forbidden"}), ConfigError),
-    (lambda: reply(201, {"token": " \t"}), ConfigError),
+    (lambda: reply(401, {"message": "Bad credentials"}), JobConfigRefused),
+    (lambda: reply(404), JobConfigRefused),
+    (lambda: reply(403, {"message": "forbidden"}), JobConfigRefused),
+    (lambda: reply(201, {"token": " \t"}), JobConfigRefused),
 ])
 async def test_job_mint_failures_are_classified(
     http: aiohttp.ClientSession, app_github: FakeForge, app_key: rsa.RSAPrivateKey, answer: Any, expected: Any
@@ -483,8 +484,8 @@ async def test_job_mint_failures_are_classified(
     config = load_forge_config(app_env(app_github, app_key))
     app_github.script("access_tokens", answer())
     api = forge_api(github_job("gh-1"), config, http, GithubAuth(config, http))
-    if expected is ConfigError:
-        with pytest.raises(ConfigError):
+    if expected is JobConfigRefused:
+        with pytest.raises(JobConfigRefused):
             await api.mint()
     else:
         with pytest.raises(InfraFault) as fault:
@@ -531,9 +532,9 @@ async def test_a_forge_without_credentials_refuses_naming_the_variable(
 ) -> None:
     config = load_forge_config({})
     job = Case(kind, FakeForge(kind), config, http, None, "", ROUTES[kind]).job()
-    with pytest.raises(ConfigError, match=variable):
+    with pytest.raises(JobConfigRefused, match=variable):
         await forge_api(job, config, http, GithubAuth(config, http) if kind == "github" else None).mint()
-    with pytest.raises(ConfigError, match=variable):
+    with pytest.raises(JobConfigRefused, match=variable):
         await forge_api(job, config, http, None).mint()
 
 
@@ -572,13 +573,13 @@ async def test_azure_uses_basic_auth_and_the_exact_ref(http: aiohttp.ClientSessi
 
 
 def test_azure_203_sign_in_page_is_a_refusal() -> None:
-    assert isinstance(failure("azure", 203, {}, "x", "AZURE_TOKEN"), ConfigError)
+    assert isinstance(failure("azure", 203, {}, "x", "AZURE_TOKEN"), JobConfigRefused)
 
 
 @pytest.mark.parametrize("kind", ["local", "bitbucket", ""])
 def test_a_kind_without_a_forge_api_is_a_config_error(kind: str) -> None:
     job = Job(id="x", kind=kind, repo="o/r")
-    with pytest.raises(ConfigError, match="accepted: github, gitlab, forgejo, azure"):
+    with pytest.raises(JobConfigRefused, match="accepted: github, gitlab, forgejo, azure"):
         forge_api(job, load_forge_config({}), None, None)  # type: ignore[arg-type]
 
 
@@ -589,7 +590,7 @@ def test_a_kind_without_a_forge_api_is_a_config_error(kind: str) -> None:
 ])
 def test_an_unusable_job_address_is_a_config_error(kind: str, fields: dict[str, Any]) -> None:
     job = Job(**{"id": "x", "kind": kind, "repo": "o/r", **fields})
-    with pytest.raises(ConfigError):
+    with pytest.raises(JobConfigRefused):
         forge_api(job, load_forge_config({}), None, None)  # type: ignore[arg-type]
 
 
@@ -616,7 +617,7 @@ def test_clone_url_check(url: object, api: str, ok: bool) -> None:
     if ok:
         assert check_clone_url(url, api, "github") == url
     else:
-        with pytest.raises(ConfigError):
+        with pytest.raises(JobConfigRefused):
             check_clone_url(url, api, "github")
 
 
@@ -638,19 +639,20 @@ def test_ordinary_branch_names_pass(name: str) -> None:
     "x\\y", "x.lock", "x.", "a@{b", "@", "x\x00", "x\x7f", None, 5, "a" * 256,
 ])
 def test_unsafe_branch_names_are_refused(name: object) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(JobConfigRefused):
         check_branch(name, "github")
 
 
 @pytest.mark.parametrize(("status", "headers", "expected"), [
     (429, {}, RATE_LIMITED), (403, {"retry-after": "1"}, RATE_LIMITED),
     (403, {"X-RateLimit-Remaining": "0"}, RATE_LIMITED), (500, {}, UNAVAILABLE), (504, {}, UNAVAILABLE),
-    (408, {}, UNAVAILABLE), (401, {}, ConfigError), (403, {}, ConfigError), (404, {}, ConfigError),
-    (410, {}, ConfigError), (422, {}, ConfigError), (301, {}, ConfigError),
+    (408, {}, UNAVAILABLE), (401, {}, JobConfigRefused), (403, {}, JobConfigRefused),
+    (404, {}, JobConfigRefused), (410, {}, JobConfigRefused), (422, {}, JobConfigRefused),
+    (301, {}, JobConfigRefused),
 ])
 def test_failure_classification(status: int, headers: dict[str, str], expected: Any) -> None:
     exc = failure("github", status, headers, "the lookup", "GITHUB_AUTH_SOURCE")
-    if expected is ConfigError:
-        assert isinstance(exc, ConfigError) and "GITHUB_AUTH_SOURCE" in str(exc)
+    if expected is JobConfigRefused:
+        assert isinstance(exc, JobConfigRefused) and "GITHUB_AUTH_SOURCE" in str(exc)
     else:
         assert isinstance(exc, InfraFault) and exc.reason == expected

@@ -27,7 +27,7 @@ from pidispatch.worker.local import (
     local_user,
     queued_minute,
 )
-from pidispatch.worker.outcome import Refusal
+from pidispatch.worker.outcome import JobRefusal
 
 IS_ROOT = os.geteuid() == 0
 # 2026-11-30 12:34:00 UTC
@@ -122,31 +122,31 @@ def test_git_env_drops_every_inherited_git_variable_and_never_prompts() -> None:
 
 
 async def test_missing_folder_is_not_a_repo(tmp_path: Path) -> None:
-    assert await inspect_folder(str(tmp_path / "gone")) == Refusal(NOT_A_REPO)
+    assert await inspect_folder(str(tmp_path / "gone")) == JobRefusal(NOT_A_REPO)
 
 
 async def test_folder_without_dot_git_is_not_a_repo_even_inside_another_repo(repo: Path) -> None:
     inner = repo / "src"
     inner.mkdir()
-    assert await inspect_folder(str(inner)) == Refusal(NOT_A_REPO)
+    assert await inspect_folder(str(inner)) == JobRefusal(NOT_A_REPO)
 
 
 async def test_a_file_or_a_relative_path_is_not_a_repo(repo: Path) -> None:
-    assert await inspect_folder(str(repo / "README.md")) == Refusal(NOT_A_REPO)
-    assert await inspect_folder("app") == Refusal(NOT_A_REPO)
+    assert await inspect_folder(str(repo / "README.md")) == JobRefusal(NOT_A_REPO)
+    assert await inspect_folder("app") == JobRefusal(NOT_A_REPO)
 
 
 async def test_repo_without_a_commit_is_refused(tmp_path: Path) -> None:
     path = make_repo(tmp_path / "fresh", commit=False)
     if IS_ROOT:
         hand_to(path, 4242, 4242)
-    assert await inspect_folder(str(path)) == Refusal(NO_COMMIT)
+    assert await inspect_folder(str(path)) == JobRefusal(NO_COMMIT)
 
 
 async def test_dot_git_git_cannot_read_is_an_unreadable_repo(tmp_path: Path) -> None:
     path = tmp_path / "broken"
     (path / ".git").mkdir(parents=True)
-    assert await inspect_folder(str(path)) == Refusal(UNREADABLE_REPO)
+    assert await inspect_folder(str(path)) == JobRefusal(UNREADABLE_REPO)
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="handing a folder to root needs root")
@@ -155,7 +155,7 @@ async def test_folder_owned_by_root_is_refused_since_a_job_never_runs_as_root(
     repo: Path, uid: int, gid: int
 ) -> None:
     os.chown(repo, uid, gid)
-    assert await inspect_folder(str(repo)) == Refusal(USER_UNMAPPABLE)
+    assert await inspect_folder(str(repo)) == JobRefusal(USER_UNMAPPABLE)
 
 
 async def test_ok_folder_gives_its_head_sha_and_owner(repo: Path) -> None:

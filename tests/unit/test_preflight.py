@@ -22,7 +22,7 @@ from pidispatch.worker.image import (
     TEST_AGENT_SCRIPT,
     build_image,
 )
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobRefusal
 from pidispatch.worker.preflight import ImageFacts, image_facts, image_refusal, inspect_image
 from pidispatch.worker.runner import DockerUnavailable
 from tests.support.payloads import load_fixture
@@ -55,12 +55,12 @@ def job(kind: str = "github", **overrides: object) -> Job:
 
 
 def test_a_missing_image_is_refused() -> None:
-    assert image_refusal(None, job(), settings()) == Refusal("job-image-missing")
+    assert image_refusal(None, job(), settings()) == JobRefusal("job-image-missing")
 
 
 def test_forges_label_excludes_forges_it_does_not_list() -> None:
     two = facts(forges=("github", "gitlab"))
-    assert image_refusal(two, job("azure"), settings()) == Refusal("job-image-forge-unsupported")
+    assert image_refusal(two, job("azure"), settings()) == JobRefusal("job-image-forge-unsupported")
     assert image_refusal(two, job("github"), settings()) is None
     assert image_refusal(facts(), job("azure"), settings()) is None  # no label: every forge
     # A local job is never excluded by the forges label.
@@ -69,7 +69,7 @@ def test_forges_label_excludes_forges_it_does_not_list() -> None:
 
 
 def test_a_replica_job_needs_the_replicas_capability() -> None:
-    assert image_refusal(facts(), job(replica=2), settings()) == Refusal("job-image-replicas-unsupported")
+    assert image_refusal(facts(), job(replica=2), settings()) == JobRefusal("job-image-replicas-unsupported")
     assert image_refusal(facts(), job(), settings()) is None
     assert image_refusal(facts(caps=("anyUid", "replicas")), job(replica=2), settings()) is None
 
@@ -86,23 +86,23 @@ def test_capability_gates_refuse_replicas_commands_tools_models_then_cost_cap() 
     ]
     for i, reason in enumerate(expected):
         declared = ("anyUid", *ALL_CAPS[1 : 1 + i])
-        assert image_refusal(facts(caps=declared), everything, settings()) == Refusal(reason)
+        assert image_refusal(facts(caps=declared), everything, settings()) == JobRefusal(reason)
     assert image_refusal(facts(caps=ALL_CAPS), everything, settings()) is None
 
 
 def test_a_deployment_model_list_needs_model_policy_too() -> None:
     s = settings(PI_ALLOWED_MODELS="anthropic/claude-x")
-    assert image_refusal(facts(), job(), s) == Refusal("job-image-model-policy-unsupported")
+    assert image_refusal(facts(), job(), s) == JobRefusal("job-image-model-policy-unsupported")
     assert image_refusal(facts(caps=("anyUid", "modelPolicy")), job(), s) is None
 
 
 def test_an_image_that_does_not_run_as_any_uid_is_refused_last() -> None:
-    assert image_refusal(facts(caps=()), job(), settings()) == Refusal("job-image-any-uid-unsupported")
+    assert image_refusal(facts(caps=()), job(), settings()) == JobRefusal("job-image-any-uid-unsupported")
     # A forge exclusion or a missing feature capability is the more specific reason.
-    assert image_refusal(facts(forges=("gitlab",), caps=()), job(), settings()) == Refusal(
+    assert image_refusal(facts(forges=("gitlab",), caps=()), job(), settings()) == JobRefusal(
         "job-image-forge-unsupported"
     )
-    assert image_refusal(facts(caps=()), job(command="x"), settings()) == Refusal(
+    assert image_refusal(facts(caps=()), job(command="x"), settings()) == JobRefusal(
         "job-image-commands-unsupported"
     )
 
@@ -156,9 +156,11 @@ async def test_inspect_reads_the_labels_of_a_real_image(
     assert got.image_id.startswith("sha256:")
     assert got.forges == ("github", "gitlab")
     assert (got.capabilities, got.pi_version) == (("anyUid", "replicas"), "0.42.1")
-    assert image_refusal(got, job("azure"), settings()) == Refusal("job-image-forge-unsupported")
+    assert image_refusal(got, job("azure"), settings()) == JobRefusal("job-image-forge-unsupported")
     assert image_refusal(got, job("gitlab", replica=2), settings()) is None
-    assert image_refusal(got, job(command="review"), settings()) == Refusal("job-image-commands-unsupported")
+    assert image_refusal(got, job(command="review"), settings()) == JobRefusal(
+        "job-image-commands-unsupported"
+    )
 
 
 @pytest.mark.docker
@@ -176,7 +178,7 @@ async def test_an_absent_image_is_missing_when_the_daemon_answers(docker: aiodoc
     missing = f"pd-test-absent-{uuid.uuid4().hex[:12]}:latest"
     got = await inspect_image(docker, missing)
     assert got is None
-    assert image_refusal(got, job(), settings()) == Refusal("job-image-missing")
+    assert image_refusal(got, job(), settings()) == JobRefusal("job-image-missing")
 
 
 async def test_no_daemon_at_all_is_unavailable_not_missing() -> None:

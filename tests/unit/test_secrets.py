@@ -11,7 +11,7 @@ import structlog
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobRefusal
 from pidispatch.worker.secrets import resolve_secrets
 from tests.support.payloads import load_fixture
 from tests.support.polling import wait_for
@@ -100,7 +100,7 @@ async def test_the_resolver_runs_with_the_given_env_and_no_stdin(
     assert got == {"SEEN": "from-the-worker-env"}
     # stdin is /dev/null: `cat` ends at once with nothing, which is an empty (refused) value, not a hang.
     refused = await resolve_secrets(job({"X": "vault://stdin"}), settings(resolver), env=run_env)
-    assert refused == Refusal("secret-unresolved")
+    assert refused == JobRefusal("secret-unresolved")
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ async def test_determinate_no_is_refused_not_retried(
 ) -> None:
     with structlog.testing.capture_logs() as logs:
         got = await resolve_secrets(job({"DB_PASSWORD": reference}), settings(resolver), env=run_env)
-    assert got == Refusal("secret-unresolved")
+    assert got == JobRefusal("secret-unresolved")
     [line] = [entry for entry in logs if entry["event"] == "secret_refused"]
     assert (line["name"], line["failure"], line["kind"]) == ("DB_PASSWORD", failure, "github")
     # Never the reference, the resolver path or its output.
@@ -158,7 +158,7 @@ async def test_a_resolver_that_cannot_spawn_is_an_infra_fault(
 async def test_the_first_failure_stops_the_loop(resolver: Path, run_env: dict[str, str]) -> None:
     secrets = {"A": "vault://plain", "B": "vault://deny", "C": "vault://crlf"}
     got = await resolve_secrets(job(secrets), settings(resolver), env=run_env)
-    assert got == Refusal("secret-unresolved")
+    assert got == JobRefusal("secret-unresolved")
     assert spawns(run_env) == ["vault://plain", "vault://deny"]
 
 
@@ -176,7 +176,7 @@ async def test_statically_reserved_names_are_refused_before_any_lookup(
     # No profile is declared at all: the name check comes first.
     with structlog.testing.capture_logs() as logs:
         got = await resolve_secrets(job({name: "vault://plain"}), load_settings({}), env=run_env)
-    assert got == Refusal("secret-name-reserved")
+    assert got == JobRefusal("secret-name-reserved")
     assert logs[0]["name"] == name
     assert spawns(run_env) == []
 
@@ -188,19 +188,19 @@ async def test_the_job_providers_key_is_reserved_another_providers_is_not(
         got = await resolve_secrets(
             job({"ANTHROPIC_API_KEY": "vault://plain"}), settings(resolver), env=run_env
         )
-    assert got == Refusal("secret-name-reserved")
+    assert got == JobRefusal("secret-name-reserved")
     assert logs[0]["name"] == "ANTHROPIC_API_KEY" and "vault://plain" not in repr(logs)
     allowed = await resolve_secrets(job({"OPENAI_API_KEY": "vault://plain"}), settings(resolver), env=run_env)
     assert allowed == {"OPENAI_API_KEY": "s3cret"}
     # The job's own provider decides, not the deployment's.
     openai_job = job({"OPENAI_API_KEY": "vault://plain"}, provider="openai")
     got = await resolve_secrets(openai_job, settings(resolver), env=run_env)
-    assert got == Refusal("secret-name-reserved")
+    assert got == JobRefusal("secret-name-reserved")
 
 
 async def test_a_forwarded_name_cannot_be_bound(resolver: Path, run_env: dict[str, str]) -> None:
     s = settings(resolver, PI_FORWARD_ENV="SENTRY_DSN")
-    assert await resolve_secrets(job({"SENTRY_DSN": "vault://plain"}), s, env=run_env) == Refusal(
+    assert await resolve_secrets(job({"SENTRY_DSN": "vault://plain"}), s, env=run_env) == JobRefusal(
         "secret-name-reserved"
     )
     assert spawns(run_env) == []
@@ -214,7 +214,7 @@ async def test_profile_lookup(resolver: Path, run_env: dict[str, str], tmp_path:
     link = tmp_path / "link"
     link.symlink_to(resolver)
     s = load_settings({"PI_SECRET_PROFILES": f"prod:{resolver},plain:{not_exec},dir:{tmp_path},via:{link}"})
-    unknown = Refusal("secret-profile-unknown")
+    unknown = JobRefusal("secret-profile-unknown")
     assert await resolve_secrets(job(plain), s, env=run_env) == unknown  # no "default": no fallback
     assert await resolve_secrets(job(plain, profile="staging"), s, env=run_env) == unknown
     assert await resolve_secrets(job(plain, profile="plain"), s, env=run_env) == unknown
@@ -229,7 +229,7 @@ async def test_not_armed_spawns_nothing_and_a_bare_profile_is_still_checked(
     assert await resolve_secrets(job(None), load_settings({}), env=run_env) == {}
     assert await resolve_secrets(job({}), load_settings({}), env=run_env) == {}
     assert await resolve_secrets(job(None, profile="default"), settings(resolver), env=run_env) == {}
-    assert await resolve_secrets(job(None, profile="nope"), settings(resolver), env=run_env) == Refusal(
+    assert await resolve_secrets(job(None, profile="nope"), settings(resolver), env=run_env) == JobRefusal(
         "secret-profile-unknown"
     )
     assert spawns(run_env) == []

@@ -12,7 +12,7 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
 from pidispatch.common.streams import ensure_group
-from pidispatch.worker.context import Context, Held
+from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.upkeep import Upkeep
 
 TTL_MS = 300
@@ -24,7 +24,7 @@ def upkeep_for(
     settings = load_settings(
         {"PI_WORKER_NAME": name, "PD_HOST_BEAT_MS": "100", "PD_HOST_TTL_MS": str(TTL_MS)}
     )
-    ctx = Context(settings, redis, keys, None, now_ms, {}, Health("down", "up"))  # type: ignore[arg-type]
+    ctx = WorkerContext(settings, redis, keys, None, now_ms, {}, Health("down", "up"))  # type: ignore[arg-type]
     return Upkeep(ctx, [keys.jobs], slots if slots is not None else {}, asyncio.Event())
 
 
@@ -93,7 +93,7 @@ async def test_claims_stop_at_the_free_slots(redis: Redis, keys: Keys) -> None:
 
 async def test_a_path_shaped_value_is_dropped_from_the_row_and_logged_once(redis: Redis, keys: Keys) -> None:
     settings = load_settings({"PI_WORKER_NAME": "pathy", "PI_JOB_IMAGE": "/srv/images/job.tar"})
-    ctx = Context(
+    ctx = WorkerContext(
         settings, redis, keys, None, now_ms, {"TZ": "Europe/Amsterdam"}, Health("down", "up"),  # type: ignore[arg-type]
         caps=frozenset({"s:prod"}),
     )

@@ -126,7 +126,7 @@ GOOD = {
 }
 
 
-def _preamble(**overrides: object) -> refusals.Refusal | None:
+def _preamble(**overrides: object) -> refusals.ReceiverRefusal | None:
     return github_preamble(**{**GOOD, **overrides})  # type: ignore[arg-type]
 
 
@@ -156,7 +156,7 @@ def test_missing_signature_header_is_refused() -> None:
     ],
 )
 def test_github_preamble_checks_run_in_a_fixed_order_and_the_first_fault_wins(
-    overrides: dict[str, object], expected: refusals.Refusal
+    overrides: dict[str, object], expected: refusals.ReceiverRefusal
 ) -> None:
     assert _preamble(**overrides) is expected
 
@@ -170,7 +170,7 @@ def test_standard_webhooks_spec_vector_verifies() -> None:
     assert gitlab_signature_match((key,), SW_SIGNATURE, SW_ID, SW_TIMESTAMP, SW_BODY, SW_NOW_MS) == 0
 
 
-def _sw(signature: str = SW_SIGNATURE, **kw: object) -> int | refusals.Refusal:
+def _sw(signature: str = SW_SIGNATURE, **kw: object) -> int | refusals.ReceiverRefusal:
     key = decode_gitlab_signing_key(SW_SECRET)
     assert key is not None
     args: dict[str, object] = {
@@ -286,7 +286,7 @@ def test_token_mode_compares_digests() -> None:
     ],
 )
 def test_gitlab_preamble_checks_run_in_a_fixed_order_and_the_first_fault_wins(
-    overrides: dict[str, object], expected: refusals.Refusal | None
+    overrides: dict[str, object], expected: refusals.ReceiverRefusal | None
 ) -> None:
     args: dict[str, object] = {
         "method": "POST",
@@ -356,7 +356,7 @@ BASIC = base64.b64encode(b"hooks:pass").decode()
         (None, refusals.AZURE_MISSING_CREDENTIAL),
     ],
 )
-def test_azure_basic_mode(presented: str | None, expected: int | refusals.Refusal) -> None:
+def test_azure_basic_mode(presented: str | None, expected: int | refusals.ReceiverRefusal) -> None:
     assert azure_credential_match((token_digest(BASIC.encode()),), presented, basic=True) == expected
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,10 +32,8 @@ from pidispatch.common.forges import (
     Unreachable,
     call,
 )
-from pidispatch.common.runtime import now_ms
+from pidispatch.common.runtime import EpochMsClock, now_ms
 from pidispatch.common.secret import Secret
-
-Clock = Callable[[], int]  # epoch milliseconds
 
 API_VERSION = "2022-11-28"
 GH_TIMEOUT_S = 10.0
@@ -150,7 +148,7 @@ class GithubAuth:
         self,
         config: ForgeConfig | GithubForge,
         http: aiohttp.ClientSession,
-        clock: Clock = now_ms,
+        clock: EpochMsClock = now_ms,
         *,
         gh_path: str = "gh",
     ) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -23,6 +23,7 @@ from pidispatch.common.health import Health
 from pidispatch.common.keys import HOSTS_CACHE_TTL_MS, REGISTRY_READ_TIMEOUT_S, ROUTE_FRESH_MS, Keys
 from pidispatch.common.models import Job, decode_fields, text
 from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.scripts import HOST_PRUNE
 from pidispatch.common.settings import WORKER_NAME_RE
 
@@ -271,7 +272,7 @@ class HostCache:
         self,
         redis: Redis,
         keys: Keys,
-        clock: Callable[[], int],
+        clock: EpochMsClock,
         *,
         ttl_ms: int = HOSTS_CACHE_TTL_MS,
         timeout_s: float = REGISTRY_READ_TIMEOUT_S,

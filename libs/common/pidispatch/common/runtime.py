@@ -16,6 +16,10 @@ from pidispatch.common.log import get_logger
 
 T = TypeVar("T")
 
+# One alias per kind of time, so a signature says which clock it wants.
+EpochMsClock = Callable[[], int]  # wall-clock epoch milliseconds, for stamping records
+MonotonicMsClock = Callable[[], int]  # monotonic milliseconds; only differences mean anything
+
 
 def stop_on_signals() -> asyncio.Event:
     """An event set by the first SIGTERM or SIGINT; call inside the running loop."""
@@ -32,6 +36,13 @@ def now_ms() -> int:
     import time
 
     return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    """Monotonic milliseconds, for measuring ages and timeouts."""
+    import time
+
+    return time.monotonic_ns() // 1_000_000
 
 
 async def stopped(stop: asyncio.Event, timeout_s: float | None, *, wake: asyncio.Event | None = None) -> bool:

@@ -25,6 +25,7 @@ from pidispatch.common.health import Health
 from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.receiver import verify
 from pidispatch.receiver.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
@@ -34,7 +35,7 @@ from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest
 from pidispatch.receiver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pidispatch.receiver.metrics import Metrics
-from pidispatch.receiver.refusals import METHOD_NOT_ALLOWED, Refusal, not_configured
+from pidispatch.receiver.refusals import METHOD_NOT_ALLOWED, ReceiverRefusal, not_configured
 from pidispatch.receiver.spool import Record, Spool
 
 READY_TIMEOUT_S = 1.0
@@ -84,7 +85,7 @@ class Receiver:
         arms: dict[str, Arm],
         redis: Redis,
         keys: Keys,
-        clock: Callable[[], int],
+        clock: EpochMsClock,
         metrics: Metrics,
         spool: Spool | None = None,
     ) -> None:
@@ -201,14 +202,14 @@ class Receiver:
         started = perf_counter()
         matched = arm.authenticate(head, body, self._clock())
         metrics.verify_time(name, perf_counter() - started)
-        if isinstance(matched, Refusal):
+        if isinstance(matched, ReceiverRefusal):
             return self._refuse(name, _log_event(head.event), head.delivery, matched)
         # Verified: the body is the forge's own from here on.
         previous = matched != 0
         if previous:
             metrics.verified_with_previous(name)
         verdict = arm.classify(head, body)
-        if isinstance(verdict, Refusal):
+        if isinstance(verdict, ReceiverRefusal):
             return self._refuse(name, _log_event(head.event), head.delivery, verdict, previous=previous)
         event, delivery, store = verdict
         if not store:
@@ -300,7 +301,7 @@ class Receiver:
         forge: str,
         event: str | None,
         delivery: str | None,
-        refusal: Refusal,
+        refusal: ReceiverRefusal,
         outcome: str = "refused",
         previous: bool = False,
     ) -> web.Response:
@@ -342,7 +343,7 @@ def create_app(
     settings: Settings,
     redis: Redis,
     keys: Keys,
-    clock: Callable[[], int],
+    clock: EpochMsClock,
     config: ReceiverConfig | None = None,
     spool: Spool | None = None,
 ) -> web.Application:

@@ -21,7 +21,7 @@ from pidispatch.receiver.refusals import (
     AZURE_TABLE,
     GITHUB_TABLE,
     INVALID_SIGNATURE,
-    Refusal,
+    ReceiverRefusal,
     Table,
 )
 from pidispatch.receiver.verify import (
@@ -84,16 +84,16 @@ AZURE_EVENT_TYPES = frozenset(
 )
 
 
-class Head(NamedTuple):
+class RequestHead(NamedTuple):
     """What an arm read from the request line and headers."""
 
     event: str | None  # the event header as sent (not yet authenticated: logged only when name-shaped)
     delivery: str | None  # the header delivery id (Azure's is in the body: None here)
     credential: tuple[str | None, ...]  # what this arm's ``authenticate`` checks
-    refusal: Refusal | None  # the first failed check, in the arm's fixed order
+    refusal: ReceiverRefusal | None  # the first failed check, in the arm's fixed order
 
 
-class Verdict(NamedTuple):
+class Classification(NamedTuple):
     """A verified delivery: the event name it is stored under, its delivery id, and whether to store it."""
 
     event: str | None
@@ -106,11 +106,11 @@ class Arm(Protocol):
     path: str
     table: Table
 
-    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head: ...
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> RequestHead: ...
 
-    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal: ...
+    def authenticate(self, head: RequestHead, body: bytes, now_ms: int) -> int | ReceiverRefusal: ...
 
-    def classify(self, head: Head, body: bytes) -> Verdict | Refusal: ...
+    def classify(self, head: RequestHead, body: bytes) -> Classification | ReceiverRefusal: ...
 
 
 _CONTENT_TYPE = istr("Content-Type")
@@ -119,15 +119,17 @@ _GITHUB_EVENT = istr("X-GitHub-Event")
 _GITHUB_DELIVERY = istr("X-GitHub-Delivery")
 
 
-def _hmac_verdict(index: int) -> int | Refusal:
+def _hmac_verdict(index: int) -> int | ReceiverRefusal:
     return INVALID_SIGNATURE if index == NO_MATCH else index
 
 
-def _classify_by_header(head: Head, body: bytes, events: frozenset[str]) -> Verdict | Refusal:
+def _classify_by_header(
+    head: RequestHead, body: bytes, events: frozenset[str],
+) -> Classification | ReceiverRefusal:
     if not is_json_object(body):
         return GITHUB_TABLE.invalid_json
     assert head.delivery is not None  # the preamble refused a delivery without one
-    return Verdict(head.event, head.delivery, head.event in events)
+    return Classification(head.event, head.delivery, head.event in events)
 
 
 class GitHubArm:
@@ -140,21 +142,21 @@ class GitHubArm:
     def __init__(self, config: GitHubConfig) -> None:
         self._secrets = tuple(s.reveal() for s in config.secrets)
 
-    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> RequestHead:
         signature = headers.get(_HUB_SIGNATURE)
         event = headers.get(_GITHUB_EVENT)
         delivery = headers.get(_GITHUB_DELIVERY)
         refusal = github_preamble(
             method, headers.get(_CONTENT_TYPE), signature, event, delivery, content_length
         )
-        return Head(event, delivery, (signature,), refusal)
+        return RequestHead(event, delivery, (signature,), refusal)
 
-    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+    def authenticate(self, head: RequestHead, body: bytes, now_ms: int) -> int | ReceiverRefusal:
         signature = head.credential[0]
         assert signature is not None  # the preamble refused a delivery without one
         return _hmac_verdict(hmac_hex_match(self._secrets, body, signature, GITHUB_SIGNATURE_PREFIX))
 
-    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+    def classify(self, head: RequestHead, body: bytes) -> Classification | ReceiverRefusal:
         return _classify_by_header(head, body, GITHUB_EVENTS)
 
 
@@ -183,7 +185,7 @@ class ForgejoArm:
     def __init__(self, config: ForgejoConfig) -> None:
         self._secrets = tuple(s.reveal() for s in config.secrets)
 
-    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> RequestHead:
         prefix, signature = "", None
         for name, name_prefix in _FORGEJO_SIGNATURES:
             if value := headers.get(name):
@@ -197,14 +199,14 @@ class ForgejoArm:
         refusal = github_preamble(
             method, headers.get(_CONTENT_TYPE), signature, event, delivery, content_length
         )
-        return Head(event, delivery, (prefix, signature), refusal)
+        return RequestHead(event, delivery, (prefix, signature), refusal)
 
-    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+    def authenticate(self, head: RequestHead, body: bytes, now_ms: int) -> int | ReceiverRefusal:
         prefix, signature = head.credential
         assert prefix is not None and signature is not None
         return _hmac_verdict(hmac_hex_match(self._secrets, body, signature, prefix))
 
-    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+    def classify(self, head: RequestHead, body: bytes) -> Classification | ReceiverRefusal:
         return _classify_by_header(head, body, FORGEJO_EVENTS)
 
 
@@ -227,7 +229,7 @@ class GitLabArm:
         self._signature_mode = config.mode == "signature"
         self._secrets = tuple(s.reveal() for s in config.secrets)
 
-    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> RequestHead:
         # webhook-id is the Standard Webhooks name (GitLab 19.0+), Idempotency-Key the same value under
         # its 17.4 name. Never synthesised from the payload: that would not be stable across retries.
         msg_id = headers.get(_WEBHOOK_ID)
@@ -240,21 +242,21 @@ class GitLabArm:
         else:
             credential = (headers.get(_GITLAB_TOKEN),)
         refusal = gitlab_preamble(method, headers.get(_CONTENT_TYPE), event, delivery, content_length)
-        return Head(event, delivery, credential, refusal)
+        return RequestHead(event, delivery, credential, refusal)
 
-    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+    def authenticate(self, head: RequestHead, body: bytes, now_ms: int) -> int | ReceiverRefusal:
         if self._signature_mode:
             signature, msg_id, timestamp = head.credential
             return gitlab_signature_match(self._secrets, signature, msg_id, timestamp, body, now_ms)
         return gitlab_token_match(self._secrets, head.credential[0])
 
-    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+    def classify(self, head: RequestHead, body: bytes) -> Classification | ReceiverRefusal:
         read = read_gitlab_body(body)
         if read is None:
             return GITHUB_TABLE.invalid_json
         assert head.delivery is not None  # the preamble refused a delivery without one
         kind = read.object_kind
-        return Verdict(kind, head.delivery, kind in GITLAB_OBJECT_KINDS)
+        return Classification(kind, head.delivery, kind in GITLAB_OBJECT_KINDS)
 
 
 _AUTHORIZATION = istr("Authorization")
@@ -272,16 +274,16 @@ class AzureArm:
         self._header = _AUTHORIZATION if self._basic else istr(config.header or "")
         self._secrets = tuple(s.reveal() for s in config.secrets)
 
-    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> Head:
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> RequestHead:
         refusal = azure_preamble(method, headers.get(_CONTENT_TYPE), content_length)
-        return Head(None, None, (headers.get(self._header),), refusal)
+        return RequestHead(None, None, (headers.get(self._header),), refusal)
 
-    def authenticate(self, head: Head, body: bytes, now_ms: int) -> int | Refusal:
+    def authenticate(self, head: RequestHead, body: bytes, now_ms: int) -> int | ReceiverRefusal:
         # Checked after the body is read though it covers no byte of it: no field of an
         # unauthenticated body is ever read, the same order as the HMAC forges.
         return azure_credential_match(self._secrets, head.credential[0], self._basic)
 
-    def classify(self, head: Head, body: bytes) -> Verdict | Refusal:
+    def classify(self, head: RequestHead, body: bytes) -> Classification | ReceiverRefusal:
         read = read_azure_body(body)
         if read is None:
             return AZURE_TABLE.invalid_json
@@ -290,7 +292,7 @@ class AzureArm:
             return AZURE_MISSING_DELIVERY_ID
         if not valid_delivery_id(read.id):
             return AZURE_TABLE.invalid_delivery_id
-        return Verdict(read.event_type, read.id, read.event_type in AZURE_EVENT_TYPES)
+        return Classification(read.event_type, read.id, read.event_type in AZURE_EVENT_TYPES)
 
 
 def forge_for_path(path: str) -> str:

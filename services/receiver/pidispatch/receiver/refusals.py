@@ -12,27 +12,27 @@ from typing import NamedTuple
 import msgspec
 
 
-class Refusal(NamedTuple):
+class ReceiverRefusal(NamedTuple):
     status: int
     reason: str  # log token, e.g. "invalid-signature"
     body: bytes  # the exact JSON answer
 
 
-def _refusal(status: int, error: str, reason: str) -> Refusal:
-    return Refusal(status, reason, msgspec.json.encode({"error": error}))
+def _refusal(status: int, error: str, reason: str) -> ReceiverRefusal:
+    return ReceiverRefusal(status, reason, msgspec.json.encode({"error": error}))
 
 
 class Table(NamedTuple):
     """One forge's answers to the faults every arm shares."""
 
-    method_not_allowed: Refusal
-    unsupported_media_type: Refusal
-    payload_too_large: Refusal
-    body_incomplete: Refusal
-    invalid_delivery_id: Refusal
-    invalid_json: Refusal
-    enqueue_failed: Refusal
-    internal_error: Refusal
+    method_not_allowed: ReceiverRefusal
+    unsupported_media_type: ReceiverRefusal
+    payload_too_large: ReceiverRefusal
+    body_incomplete: ReceiverRefusal
+    invalid_delivery_id: ReceiverRefusal
+    invalid_json: ReceiverRefusal
+    enqueue_failed: ReceiverRefusal
+    internal_error: ReceiverRefusal
 
 
 # Built once: the request path allocates none of these.
@@ -54,7 +54,7 @@ INVALID_SIGNATURE = _refusal(401, "invalid signature", "invalid-signature")
 
 # GitLab; the transport rows it shares with GitHub use the same bodies.
 MISSING_GITLAB_EVENT = _refusal(400, "missing gitlab event header", "missing-event-header")
-MISSING_GITLAB_DELIVERY = Refusal(
+MISSING_GITLAB_DELIVERY = ReceiverRefusal(
     400,
     "missing-delivery-id",
     msgspec.json.encode(
@@ -97,7 +97,7 @@ AZURE_TABLE = Table(
 )
 
 
-def not_configured(forge: str) -> Refusal:
+def not_configured(forge: str) -> ReceiverRefusal:
     """A forge without configuration has no handler, whatever the method or headers."""
     return _refusal(404, f"{forge} webhooks are not configured", "not-configured")
 

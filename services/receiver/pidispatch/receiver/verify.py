@@ -36,7 +36,7 @@ from pidispatch.receiver.refusals import (
     MISSING_TOKEN,
     PAYLOAD_TOO_LARGE,
     UNSUPPORTED_MEDIA_TYPE,
-    Refusal,
+    ReceiverRefusal,
 )
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -87,7 +87,7 @@ def github_preamble(
     event: str | None,
     delivery: str | None,
     content_length: int | None,
-) -> Refusal | None:
+) -> ReceiverRefusal | None:
     """GitHub and Forgejo/Gitea, in order: method, media type, signature, event headers, declared length.
 
     The delivery id check sits with the event headers because a bad id is a header fault, not a body fault.
@@ -109,7 +109,7 @@ def github_preamble(
 
 def gitlab_preamble(
     method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
-) -> Refusal | None:
+) -> ReceiverRefusal | None:
     """In order: method, media type, event header, delivery id, declared length; the credential after."""
     if method != "POST":
         return METHOD_NOT_ALLOWED
@@ -126,7 +126,9 @@ def gitlab_preamble(
     return None
 
 
-def azure_preamble(method: str, content_type: str | None, content_length: int | None) -> Refusal | None:
+def azure_preamble(
+    method: str, content_type: str | None, content_length: int | None,
+) -> ReceiverRefusal | None:
     """Method, media type, declared length; the delivery id is in the body, read only after the credential."""
     if method != "POST":
         return AZURE_TABLE.method_not_allowed
@@ -202,7 +204,7 @@ def gitlab_signature_match(
     timestamp: str | None,
     body: bytes,
     now_ms: int,
-) -> int | Refusal:
+) -> int | ReceiverRefusal:
     """GitLab ``signature`` mode (Standard Webhooks): the matching key's index, or a refusal.
 
     The MAC covers ``<webhook-id>.<webhook-timestamp>.<body>``, so the timestamp is authenticated and
@@ -228,7 +230,7 @@ def token_digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
-def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int | Refusal:
+def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int | ReceiverRefusal:
     """GitLab ``token`` mode: ``X-Gitlab-Token`` against the configured digests."""
     if not presented:
         return MISSING_TOKEN
@@ -236,7 +238,9 @@ def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int |
     return index if index != NO_MATCH else INVALID_TOKEN
 
 
-def azure_credential_match(digests: Sequence[bytes], presented: str | None, basic: bool) -> int | Refusal:
+def azure_credential_match(
+    digests: Sequence[bytes], presented: str | None, basic: bool,
+) -> int | ReceiverRefusal:
     """Azure DevOps: the secret is the whole credential, nothing covers the body.
 
     ``basic``: ``Authorization`` must start with exactly ``Basic `` and the trimmed rest (the base64 of

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeGuard
@@ -27,6 +26,7 @@ import yarl
 from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, api_headers
 from pidispatch.common.log import get_logger
+from pidispatch.common.runtime import MonotonicMsClock, monotonic_ms
 from pidispatch.router.lookup import (
     Authorized,
     AzureMembership,
@@ -37,8 +37,6 @@ from pidispatch.router.lookup import (
     Question,
     Verdict,
 )
-
-Clock = Callable[[], int]  # milliseconds; only differences are used
 
 LOOKUP_TIMEOUT_S = 5.0
 CACHE_TTL_MS = 60_000
@@ -55,9 +53,6 @@ FAILED_EVENT = {
     "azure": "azure_membership_lookup_failed",
 }
 
-
-def _monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def bad_segment(value: object) -> bool:
@@ -102,7 +97,9 @@ class _Indeterminate(Exception):
 class VerdictCache:
     """A small LRU of determinate verdicts, keyed by a per-process keyed hash of the question."""
 
-    def __init__(self, clock: Clock, ttl_ms: int = CACHE_TTL_MS, max_entries: int = CACHE_MAX) -> None:
+    def __init__(
+        self, clock: MonotonicMsClock, ttl_ms: int = CACHE_TTL_MS, max_entries: int = CACHE_MAX,
+    ) -> None:
         self.clock, self.ttl_ms, self.max_entries = clock, ttl_ms, max_entries
         self._salt = os.urandom(16)
         self._entries: OrderedDict[bytes, tuple[bool, int]] = OrderedDict()
@@ -138,7 +135,7 @@ class Authority:
         config: ForgeConfig,
         github_auth: GithubAuth | None,
         http: aiohttp.ClientSession,
-        clock: Clock = _monotonic_ms,
+        clock: MonotonicMsClock = monotonic_ms,
         *,
         timeout_s: float = LOOKUP_TIMEOUT_S,
         cache_ttl_ms: int = CACHE_TTL_MS,

@@ -3,7 +3,7 @@ all of them in one pipeline (exact id and semantic window: a job is queued at mo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
@@ -12,13 +12,14 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import HostCache, job_needs, route_job
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.scripts import ENQUEUE
 
 Plan = Sequence[tuple[Job, str]]  # (job, semantic key) for every replica of one firing entry
 
 
 class Enqueuer:
-    def __init__(self, redis: Redis, keys: Keys, clock: Callable[[], int]) -> None:
+    def __init__(self, redis: Redis, keys: Keys, clock: EpochMsClock) -> None:
         self.redis, self.keys = redis, keys
         self.hosts = HostCache(redis, keys, clock)
         self.log = get_logger()

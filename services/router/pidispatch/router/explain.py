@@ -9,6 +9,7 @@ are shown only when they look like forge vocabulary, and "why" is a fixed token.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import msgspec
 
@@ -101,7 +102,7 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     delivery: str
     needs_authority: bool  # would the outcome change with the forge's verdict?
     verdict: bool | None  # the verdict used; None when none was needed or none was given
-    outcome: str  # fire | drop | ask
+    outcome: Literal["fire", "drop", "ask"]
     reason: str  # the drop reason; "" when it fires or asks
     trigger: int | None  # index of the rule that fires (or would, if authorised)
     jobs: tuple[str, ...]  # job ids after replica fan-out

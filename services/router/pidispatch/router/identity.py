@@ -34,10 +34,9 @@ from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.forges import BadBody, ForgeConfig, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
 from pidispatch.common.log import get_logger
-from pidispatch.common.runtime import now_ms
+from pidispatch.common.runtime import EpochMsClock, now_ms
 from pidispatch.router.lookup import SelfIds
 
-Clock = Callable[[], int]  # epoch milliseconds
 Sleep = Callable[[float], Awaitable[Any]]
 
 FIRST_DELAY_S = 5.0
@@ -165,7 +164,7 @@ class _Lookup:
 
 
 async def _retrying(
-    forge: str, attempt: Callable[[], Awaitable[Any]], *, window_s: float, clock: Clock, sleep: Sleep,
+    forge: str, attempt: Callable[[], Awaitable[Any]], *, window_s: float, clock: EpochMsClock, sleep: Sleep,
     attempt_timeout_s: float,
 ) -> Any:
     """Retry transient failures until ``window_s`` has passed; the last gap is clamped to the window's
@@ -196,7 +195,7 @@ async def resolve_self_ids(
     config: ForgeConfig,
     github_auth: GithubAuth | None,
     http: aiohttp.ClientSession,
-    clock: Clock = now_ms,
+    clock: EpochMsClock = now_ms,
     *,
     window_s: float | None = None,
     sleep: Sleep = asyncio.sleep,

@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from pidispatch.common.models import MODEL_RE
-from pidispatch.router.refusal import JS_MAX_SAFE_INTEGER, Entry, integer
+from pidispatch.router.refusal import JS_MAX_SAFE_INTEGER, TriggerEntry, integer
 
 # Applied after lower-casing (the case as written is what the job runs with: model ids are case-sensitive).
 PROVIDER_RE = re.compile(r"(?=.{1,64}$)[a-z0-9][a-z0-9._-]*", re.ASCII)
@@ -87,7 +87,7 @@ def usd_micros(value: Any) -> int | None:
     return micros if 0 < micros <= MAX_USD_MICROS else None
 
 
-def model_fields(e: Entry) -> dict[str, Any]:
+def model_fields(e: TriggerEntry) -> dict[str, Any]:
     """The five fields that are set (not absent, not null), validated, under their ``RunSpec`` names."""
     run, out = e.run, {}
     provider, model = run.get("provider"), run.get("model")

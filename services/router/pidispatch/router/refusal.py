@@ -20,11 +20,11 @@ ID_RE = re.compile(r"[A-Za-z0-9._-]+")
 JS_MAX_SAFE_INTEGER = 2**53 - 1
 
 
-class Refusal(Exception):
+class TriggerRefusal(Exception):
     """One line naming the entry, the field and what is accepted; ``triggers`` adds the file name."""
 
 
-class Entry:
+class TriggerEntry:
     """A raw entry being validated: ``on`` and ``run`` as decoded, ``kind`` the run kind."""
 
     __slots__ = ("index", "kind", "on", "run")
@@ -42,7 +42,7 @@ class Entry:
         return self.on_type == "cron"
 
     def fail(self, field: str, problem: str) -> NoReturn:
-        raise Refusal(f"triggers[{self.index}].{field} {problem}")
+        raise TriggerRefusal(f"triggers[{self.index}].{field} {problem}")
 
 
 def trim(value: str) -> str:

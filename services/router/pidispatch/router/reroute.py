@@ -15,7 +15,6 @@ that host to come back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
@@ -33,7 +32,7 @@ from pidispatch.common.registry import (
     read_live_hosts,
     route_job,
 )
-from pidispatch.common.runtime import every
+from pidispatch.common.runtime import EpochMsClock, every
 from pidispatch.common.scripts import REROUTE_MOVE
 from pidispatch.common.streams import xrange
 from pidispatch.router.triggers import FORGE_KINDS
@@ -134,7 +133,7 @@ async def run_rerouter(
     redis: Redis,
     keys: Keys,
     stop: asyncio.Event,
-    clock: Callable[[], int],
+    clock: EpochMsClock,
     *,
     interval_s: float = REROUTE_INTERVAL_S,
 ) -> None:

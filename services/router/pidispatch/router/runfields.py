@@ -16,7 +16,7 @@ from pidispatch.common.envnames import RESERVED_SECRET_NAMES
 from pidispatch.common.models import FLOW_RE
 from pidispatch.common.settings import image_ref_ok
 from pidispatch.router.modelref import model_fields
-from pidispatch.router.refusal import ID_RE, Entry, integer, js_length, nonblank, unpadded
+from pidispatch.router.refusal import ID_RE, TriggerEntry, integer, js_length, nonblank, unpadded
 from pidispatch.router.rules import RunSpec
 from pidispatch.router.waitfor import wait_for
 
@@ -70,7 +70,7 @@ def _is_subsequence(needle: str, hay: str) -> bool:
     return all(ch in letters for ch in needle)
 
 
-def sweep_near_misses(e: Entry) -> None:
+def sweep_near_misses(e: TriggerEntry) -> None:
     """Refuse a key that nearly spells ``waitFor``, ``backend``, ``excludeTools`` or a model field."""
     for where, source in (("run", e.run), ("on", e.on)):
         for key in source:
@@ -87,7 +87,7 @@ def sweep_near_misses(e: Entry) -> None:
             e.fail(f"run.{name}", "is not a field; accepted: run.excludeTools (narrowing only)")
 
 
-def flow_or_command(e: Entry) -> tuple[str | None, str | None]:
+def flow_or_command(e: TriggerEntry) -> tuple[str | None, str | None]:
     """Exactly one of ``flow`` / ``command``, checked before either alone so each mistake gets its own
     message; the flow charset applies to webhook rules (a job-id and dedup-key slot)."""
     run = e.run
@@ -115,7 +115,7 @@ def flow_or_command(e: Entry) -> tuple[str | None, str | None]:
     return flow, None
 
 
-def strict_bool(e: Entry, field: str) -> bool | None:
+def strict_bool(e: TriggerEntry, field: str) -> bool | None:
     if field not in e.run:
         return None
     if not isinstance(e.run[field], bool):
@@ -123,7 +123,7 @@ def strict_bool(e: Entry, field: str) -> bool | None:
     return e.run[field]  # type: ignore[no-any-return]
 
 
-def _image(e: Entry) -> str | None:
+def _image(e: TriggerEntry) -> str | None:
     if "image" not in e.run:
         return None
     image = e.run["image"]
@@ -133,13 +133,13 @@ def _image(e: Entry) -> str | None:
     return image
 
 
-def _skills_dir(e: Entry) -> str | None:
+def _skills_dir(e: TriggerEntry) -> str | None:
     if "skillsDir" in e.run and not unpadded(e.run["skillsDir"]):
         e.fail("run.skillsDir", "must be a non-blank string without surrounding spaces")
     return e.run.get("skillsDir")
 
 
-def _instructions(e: Entry) -> str | None:
+def _instructions(e: TriggerEntry) -> str | None:
     if "instructions" not in e.run:
         return None
     text = e.run["instructions"]
@@ -150,14 +150,14 @@ def _instructions(e: Entry) -> str | None:
     return text
 
 
-def _resume(e: Entry) -> bool | None:
+def _resume(e: TriggerEntry) -> bool | None:
     resume = strict_bool(e, "resume")
     if resume and e.is_cron:
         e.fail("run.resume", "true is refused on a cron trigger; accepted: false or absent")
     return resume
 
 
-def _repository(e: Entry) -> str | None:
+def _repository(e: TriggerEntry) -> str | None:
     needed = e.kind == "azure" and e.on_type in ("label", "comment")
     if "repository" not in e.run:
         if needed:
@@ -172,7 +172,7 @@ def _repository(e: Entry) -> str | None:
     return value
 
 
-def _replicas(e: Entry) -> int | None:
+def _replicas(e: TriggerEntry) -> int | None:
     if "replicas" not in e.run:
         return None
     if e.is_cron:
@@ -185,7 +185,7 @@ def _replicas(e: Entry) -> int | None:
     return value
 
 
-def _secrets(e: Entry) -> dict[str, str] | None:
+def _secrets(e: TriggerEntry) -> dict[str, str] | None:
     if "secrets" not in e.run:
         return None
     secrets = e.run["secrets"]
@@ -204,7 +204,7 @@ def _secrets(e: Entry) -> dict[str, str] | None:
     return dict(secrets)
 
 
-def _secrets_profile(e: Entry) -> str | None:
+def _secrets_profile(e: TriggerEntry) -> str | None:
     if "secretsProfile" not in e.run:
         return None
     profile = e.run["secretsProfile"]
@@ -215,7 +215,7 @@ def _secrets_profile(e: Entry) -> str | None:
     return profile
 
 
-def _backend(e: Entry) -> str | None:
+def _backend(e: TriggerEntry) -> str | None:
     if "backend" not in e.run:
         return None
     name = e.run["backend"]
@@ -227,7 +227,7 @@ def _backend(e: Entry) -> str | None:
     return name
 
 
-def _exclude_tools(e: Entry) -> tuple[str, ...] | None:
+def _exclude_tools(e: TriggerEntry) -> tuple[str, ...] | None:
     if "excludeTools" not in e.run:
         return None
     names = e.run["excludeTools"]
@@ -242,7 +242,7 @@ def _exclude_tools(e: Entry) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def _shared_fields(e: Entry) -> dict[str, Any]:
+def _shared_fields(e: TriggerEntry) -> dict[str, Any]:
     """The fields every kind carries, checked in one fixed order, under their ``RunSpec`` names."""
     return {
         "packages": strict_bool(e, "packages"),
@@ -261,7 +261,7 @@ def _shared_fields(e: Entry) -> dict[str, Any]:
     }
 
 
-def webhook_run(e: Entry) -> RunSpec:
+def webhook_run(e: TriggerEntry) -> RunSpec:
     """The validated ``run`` of a label/comment/pull_request/issue entry. ``run.github`` (cron-only) and
     unknown keys are dropped; ``run.portfolio`` is refused (forge text must not steer a budget plan)."""
     if "portfolio" in e.run:
@@ -272,7 +272,7 @@ def webhook_run(e: Entry) -> RunSpec:
     return RunSpec(flow=flow, command=command, **fields)
 
 
-def cron_run(e: Entry) -> dict[str, Any]:
+def cron_run(e: TriggerEntry) -> dict[str, Any]:
     """The validated ``run`` of a cron entry in the file's own (camelCase) names, for the scheduler."""
     flow, command = flow_or_command(e)
     run = e.run

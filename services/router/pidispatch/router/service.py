@@ -21,7 +21,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -40,7 +40,7 @@ from pidispatch.common.keys import (
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, text
 from pidispatch.common.redis import Redis
-from pidispatch.common.runtime import now_ms, unless_stopped
+from pidispatch.common.runtime import EpochMsClock, now_ms, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -60,7 +60,6 @@ from pidispatch.router.rules import RulesRef
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.trim import trim_events
 
-Clock = Callable[[], int]
 Asker = Callable[[Question, str], Awaitable[Verdict]]
 
 CONSUMER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -79,8 +78,12 @@ RETRY_TICK_S = 0.5
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
 
-class Outcome(msgspec.Struct, frozen=True):
-    outcome: str  # queued | dropped | deduplicated | pending
+# What became of one delivery; ``pending`` is written but not acked, so the entry is processed again.
+RouteOutcomeName = Literal["queued", "dropped", "deduplicated", "pending"]
+
+
+class RouteOutcome(msgspec.Struct, frozen=True):
+    outcome: RouteOutcomeName
     reason: str = ""
     jobs: tuple[str, ...] = ()
     trigger: str = ""
@@ -93,7 +96,7 @@ class _Work(msgspec.Struct):
     fields: Fields
     event: Event | None = None
     decision: Drop | Fire | Ask | None = None
-    outcome: Outcome | None = None
+    outcome: RouteOutcome | None = None
     replies: list[Any] = msgspec.field(default_factory=list)
 
 
@@ -128,7 +131,7 @@ async def run_router(
     keys: Keys,
     rules_ref: RulesRef,
     stop: asyncio.Event,
-    clock: Clock = now_ms,
+    clock: EpochMsClock = now_ms,
     *,
     self_ids: SelfIds | None = None,
     ask: Asker | None = None,
@@ -150,7 +153,7 @@ class Router:
         redis: Redis,
         keys: Keys,
         rules_ref: RulesRef,
-        clock: Clock,
+        clock: EpochMsClock,
         consumer: str,
         self_ids: SelfIds,
         ask: Asker,
@@ -307,7 +310,7 @@ class Router:
             await self._failed(w, "processing-failed", type(exc).__name__)
             return
         if isinstance(w.decision, Drop):
-            w.outcome = Outcome("dropped", reason=w.decision.reason)
+            w.outcome = RouteOutcome("dropped", reason=w.decision.reason)
             self.log.info("dropped", delivery=event.delivery, reason=w.decision.reason)
 
     async def _ask(self, w: _Work) -> Verdict:
@@ -322,14 +325,14 @@ class Router:
         assert w.event is not None
         if not isinstance(verdict, Authorized):
             # Never a silent drop: the entry stays pending and is retried with backoff, then parked.
-            w.decision, w.outcome = None, Outcome("pending", reason=f"lookup-failed:{verdict.reason}")
+            w.decision, w.outcome = None, RouteOutcome("pending", reason=f"lookup-failed:{verdict.reason}")
             self.log.warning(
                 f"{w.event.forge}_lookup_failed", delivery=w.event.delivery, reason=verdict.reason
             )
             return
         w.decision = pipeline.resume(w.event, rules, self.self_ids, verdict.value is True)
         if isinstance(w.decision, Drop):
-            w.outcome = Outcome("dropped", reason=w.decision.reason)
+            w.outcome = RouteOutcome("dropped", reason=w.decision.reason)
             self.log.info("dropped", delivery=w.event.delivery, reason=w.decision.reason)
 
     async def _enqueue_page(self, fires: list[_Work]) -> None:
@@ -348,7 +351,7 @@ class Router:
                 continue
             w.outcome = self._outcome(w, ids, mine)
 
-    def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> Outcome:
+    def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> RouteOutcome:
         assert isinstance(w.decision, Fire) and w.event is not None
         carried, statuses = [], []
         for job_id, reply in zip(ids, replies, strict=True):
@@ -364,8 +367,8 @@ class Router:
                     existing=status == "duplicate",
                 )
         # "duplicate" means our own job already exists (a re-processed entry): that is still queued.
-        outcome = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
-        return Outcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
+        outcome: RouteOutcomeName = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
+        return RouteOutcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
 
     async def _record_page(self, work: list[_Work]) -> None:
         """Decisions and acks in one MULTI: each entry is either finished and explained, or still

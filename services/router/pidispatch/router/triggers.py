@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.refusal import ID_RE, Entry, Refusal, integer, nonblank, trim
+from pidispatch.router.refusal import ID_RE, TriggerEntry, TriggerRefusal, integer, nonblank, trim
 from pidispatch.router.rules import (
     CloseRule,
     CommentRule,
@@ -68,7 +68,7 @@ def parse_triggers(text: str, name: str = "triggers.json") -> Rules:
     """Validate the whole file text and group it; any problem raises one ``ConfigError`` line."""
     try:
         return _parse(text)
-    except Refusal as exc:
+    except TriggerRefusal as exc:
         raise ConfigError(f"PI_TRIGGERS_FILE {name}: {exc}") from None
 
 
@@ -136,20 +136,20 @@ def _decode(text: str) -> Any:
     try:
         data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
     except RecursionError:
-        raise Refusal("is nested too deeply; accepted: one JSON object") from None
+        raise TriggerRefusal("is nested too deeply; accepted: one JSON object") from None
     except ValueError as exc:
         where = f" (line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise Refusal(f"is not valid JSON{where}; accepted: one JSON object") from None
+        raise TriggerRefusal(f"is not valid JSON{where}; accepted: one JSON object") from None
     if duplicates:
         # JSON keeps the last value silently, so the reviewed file and the running one would differ.
-        raise Refusal(f"key {duplicates[0]!r} is duplicated; accepted: each key once per object")
+        raise TriggerRefusal(f"key {duplicates[0]!r} is duplicated; accepted: each key once per object")
     return data
 
 
 def _parse(text: str) -> Rules:
     data = _decode(text)
     if not isinstance(data, dict) or not isinstance(data.get("triggers"), list):
-        raise Refusal('must be an object with a "triggers" array')
+        raise TriggerRefusal('must be an object with a "triggers" array')
     groups: dict[str, dict[str, Any]] = {
         k: {"label": [], "comment": None, "pull_request": [], "pr_close": [], "issue": []}
         for k in FORGE_KINDS
@@ -179,7 +179,7 @@ def _parse(text: str) -> Rules:
     return Rules(**built, cron=tuple(cron), known_flows=frozenset(known_flows), count=len(data["triggers"]))
 
 
-def _place(e: Entry, group: dict[str, Any], slot: str, rule: Rule) -> None:
+def _place(e: TriggerEntry, group: dict[str, Any], slot: str, rule: Rule) -> None:
     if slot != "comment":
         group[slot].append(rule)
         return
@@ -190,15 +190,15 @@ def _place(e: Entry, group: dict[str, Any], slot: str, rule: Rule) -> None:
     group["comment"] = rule
 
 
-def _entry(index: int, raw: Any) -> Entry:
+def _entry(index: int, raw: Any) -> TriggerEntry:
     if not isinstance(raw, dict):
-        raise Refusal(f"triggers[{index}] must be an object with object 'on' and object 'run'")
+        raise TriggerRefusal(f"triggers[{index}] must be an object with object 'on' and object 'run'")
     on, run = raw.get("on"), raw.get("run")
     if not isinstance(on, dict):
-        raise Refusal(f"triggers[{index}].on must be an object")
+        raise TriggerRefusal(f"triggers[{index}].on must be an object")
     if not isinstance(run, dict):
-        raise Refusal(f"triggers[{index}].run must be an object")
-    entry = Entry(index, on, run)
+        raise TriggerRefusal(f"triggers[{index}].run must be an object")
+    entry = TriggerEntry(index, on, run)
     # "disarmed" is what a spent one-shot normalises to, never a type an operator writes.
     if on.get("type") not in ON_TYPES:
         entry.fail("on.type", f"must be one of {', '.join(ON_TYPES)}")
@@ -210,7 +210,7 @@ def _entry(index: int, raw: Any) -> Entry:
     return entry
 
 
-def _cron(e: Entry, seen: dict[str, int]) -> CronRule:
+def _cron(e: TriggerEntry, seen: dict[str, int]) -> CronRule:
     cron_id = e.on.get("id")
     if not nonblank(cron_id):
         e.fail("on.id", "must be a non-empty string")
@@ -228,20 +228,20 @@ def _cron(e: Entry, seen: dict[str, int]) -> CronRule:
     return CronRule(index=e.index, id=cron_id, pattern=pattern, run=cron_run(e))
 
 
-def _label(e: Entry) -> tuple[str, Rule]:
+def _label(e: TriggerEntry) -> tuple[str, Rule]:
     predicate = _predicate(e, require_positive=True)
     _one_shot(e, capable=False)
     return "label", LabelRule(index=e.index, predicate=predicate, run=webhook_run(e))
 
 
-def _comment(e: Entry) -> tuple[str, Rule]:
+def _comment(e: TriggerEntry) -> tuple[str, Rule]:
     if not nonblank(e.on.get("phrase")):
         e.fail("on.phrase", "must be a non-empty string")
     _one_shot(e, capable=False)
     return "comment", CommentRule(index=e.index, phrase=e.on["phrase"], run=webhook_run(e))
 
 
-def _issue(e: Entry) -> tuple[str, Rule]:
+def _issue(e: TriggerEntry) -> tuple[str, Rule]:
     if e.kind not in ISSUE_ACTIONS:
         # An Azure work item's close is a template-specific state the payload subset does not carry.
         e.fail("on.type", f"issue is not supported for run.kind {e.kind}; accepted: "
@@ -252,7 +252,7 @@ def _issue(e: Entry) -> tuple[str, Rule]:
     return "issue", CloseRule(index=e.index, actions=actions, number=number, once=once, run=webhook_run(e))
 
 
-def _pull_request(e: Entry) -> tuple[str, Rule]:
+def _pull_request(e: TriggerEntry) -> tuple[str, Rule]:
     actions = _actions(e, PR_ACTIONS[e.kind])
     close = PR_CLOSE_WORD.get(e.kind)
     is_close = close in actions
@@ -274,12 +274,12 @@ def _pull_request(e: Entry) -> tuple[str, Rule]:
     )
 
 
-_ON_PARSERS: dict[str, Callable[[Entry], tuple[str, Rule]]] = {
+_ON_PARSERS: dict[str, Callable[[TriggerEntry], tuple[str, Rule]]] = {
     "label": _label, "comment": _comment, "pull_request": _pull_request, "issue": _issue,
 }
 
 
-def _actions(e: Entry, vocabulary: frozenset[str]) -> frozenset[str]:
+def _actions(e: TriggerEntry, vocabulary: frozenset[str]) -> frozenset[str]:
     raw = e.on.get("action")
     if not isinstance(raw, list) or not raw or not all(isinstance(a, str) for a in raw):
         e.fail("on.action", "must be a non-empty array of strings")
@@ -289,7 +289,7 @@ def _actions(e: Entry, vocabulary: frozenset[str]) -> frozenset[str]:
     return frozenset(raw)
 
 
-def _review_states(e: Entry, actions: frozenset[str]) -> frozenset[str] | None:
+def _review_states(e: TriggerEntry, actions: frozenset[str]) -> frozenset[str] | None:
     if "reviewState" not in e.on:
         return None
     if e.kind != "github":
@@ -303,13 +303,13 @@ def _review_states(e: Entry, actions: frozenset[str]) -> frozenset[str] | None:
     return frozenset(states)
 
 
-def _refuse_selectors(e: Entry, where: str) -> None:
+def _refuse_selectors(e: TriggerEntry, where: str) -> None:
     for field in SELECTORS:
         if field in e.on:
             e.fail(f"on.{field}", f"is refused on {where}")
 
 
-def _predicate(e: Entry, *, require_positive: bool) -> Predicate:
+def _predicate(e: TriggerEntry, *, require_positive: bool) -> Predicate:
     selectors: dict[str, tuple[str, ...]] = {}
     for field in SELECTORS:
         if field not in e.on:
@@ -325,7 +325,7 @@ def _predicate(e: Entry, *, require_positive: bool) -> Predicate:
     return predicate
 
 
-def _one_shot(e: Entry, *, capable: bool) -> tuple[int | None, bool]:
+def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
     """``on.number`` / ``on.once`` / ``on.disarmed``: legal only on close rules (issue, close-only PR)."""
     if not capable:
         where = "a cron trigger" if e.is_cron else f"this {e.on_type} trigger"
@@ -352,7 +352,7 @@ def _one_shot(e: Entry, *, capable: bool) -> tuple[int | None, bool]:
     return number, once
 
 
-def _disarmed(e: Entry) -> None:
+def _disarmed(e: TriggerEntry) -> None:
     """The mark the worker writes when a one-shot fires; a corrupt one refuses rather than re-arms."""
     mark = e.on["disarmed"]
     if not isinstance(mark, dict):

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from pidispatch.router.refusal import ID_RE, Entry, nonblank
+from pidispatch.router.refusal import ID_RE, TriggerEntry, nonblank
 
 WAIT_CONDITION_KEYS = ("after", "profile")
 # Every profile condition is a subprocess run before the container, holding a slot while it runs.
@@ -53,7 +53,7 @@ def after_instant_ms(text: Any) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-def wait_for(e: Entry) -> tuple[dict[str, str], ...] | None:
+def wait_for(e: TriggerEntry) -> tuple[dict[str, str], ...] | None:
     """The validated conditions as a freshly built tuple (nothing unvalidated rides through), or None."""
     if "waitFor" not in e.run:
         return None

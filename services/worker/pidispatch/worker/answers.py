@@ -8,13 +8,13 @@ nobody to tell, so its sentence is logged as a ``comment`` event instead.
 
 from __future__ import annotations
 
-from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.common.errors import InfraError
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.worker import sentences
-from pidispatch.worker.context import Context
+from pidispatch.worker.context import WorkerContext
 from pidispatch.worker.forgeapi import forge_api
-from pidispatch.worker.outcome import InfraFault
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 
 def answer_for(outcome: str, reason: str | None, *, local: bool) -> str | None:
@@ -29,7 +29,7 @@ def answer_for(outcome: str, reason: str | None, *, local: bool) -> str | None:
     return sentences.refusal(reason or "", local=local)
 
 
-async def post_answer(ctx: Context, job: Job, text: str) -> None:
+async def post_answer(ctx: WorkerContext, job: Job, text: str) -> None:
     log = get_logger()
     if job.kind == "local" or ctx.http is None:
         log.info("comment", job=job.id, text=text)
@@ -38,5 +38,5 @@ async def post_answer(ctx: Context, job: Job, text: str) -> None:
         api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
         await api.comment(await api.mint(), text)
         log.info("comment_posted", job=job.id)
-    except (ConfigError, InfraError, InfraFault) as exc:
+    except (JobConfigRefused, InfraError, InfraFault) as exc:
         log.warning("comment_failed", job=job.id, error=type(exc).__name__)

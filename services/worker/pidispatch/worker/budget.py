@@ -25,7 +25,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.scripts import BUDGET_ADD
 from pidispatch.common.settings import Settings
-from pidispatch.worker.outcome import Refusal
+from pidispatch.worker.outcome import JobRefusal
 
 OVER_BUDGET = "over-budget"
 SOFT_HOLD = "soft-hold"
@@ -112,7 +112,7 @@ class Reservation:
         return True
 
 
-async def reserve(redis: Redis, keys: Keys, settings: Settings, now_ms: int) -> Reservation | Refusal:
+async def reserve(redis: Redis, keys: Keys, settings: Settings, now_ms: int) -> Reservation | JobRefusal:
     """Take one slot in every active window, or refuse ``over-budget``/``soft-hold``.
 
     A refused reservation keeps its increment and says so (``budget_reserved=True``). Raises
@@ -124,7 +124,7 @@ async def reserve(redis: Redis, keys: Keys, settings: Settings, now_ms: int) -> 
     if bad is not None:
         reason, window = bad
         get_logger().info("budget_refused", reason=reason, window=window.name, cap=window.cap)
-        return Refusal(reason, budget_reserved=True)
+        return JobRefusal(reason, budget_reserved=True)
     return Reservation(redis=redis, windows=tuple(found), counts=tuple(counts))
 
 
@@ -132,7 +132,7 @@ def token_key(keys: Keys, now_ms: int) -> str:
     return keys.budget_tokens(_utc_day(now_ms).isoformat())
 
 
-async def token_cap_refusal(redis: Redis, keys: Keys, settings: Settings, now_ms: int) -> Refusal | None:
+async def token_cap_refusal(redis: Redis, keys: Keys, settings: Settings, now_ms: int) -> JobRefusal | None:
     """Read-only: refuse ``daily-token-cap`` once today's recorded spend reached the cap.
 
     A lagging cap: jobs already running can overshoot it. Raises ``RedisError`` when Redis cannot answer.
@@ -146,7 +146,7 @@ async def token_cap_refusal(redis: Redis, keys: Keys, settings: Settings, now_ms
         if spent < cap:
             return None
     get_logger().info("budget_refused", reason=DAILY_TOKEN_CAP, window="tokens", cap=cap)
-    return Refusal(DAILY_TOKEN_CAP)
+    return JobRefusal(DAILY_TOKEN_CAP)
 
 
 async def record_token_spend(

@@ -18,10 +18,9 @@ import tempfile
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
 from pidispatch.worker.local import SHA_RE, git, git_env
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused, JobRefusal
 
 CLONE_FAILED = "clone-failed"
 SHA_GONE = "sha-gone"
@@ -73,10 +72,10 @@ def clone_problem(*, clone_url: str, sha: str, token: str, username: str) -> str
     return None
 
 
-def classify(output: bytes) -> Refusal | None:
+def classify(output: bytes) -> JobRefusal | None:
     """Pure: a failed git call whose output says the commit is gone is ``sha-gone``; else None (retried)."""
     lowered = output.lower()
-    return Refusal(SHA_GONE) if any(m in lowered for m in SHA_GONE_MARKERS) else None
+    return JobRefusal(SHA_GONE) if any(m in lowered for m in SHA_GONE_MARKERS) else None
 
 
 def clone_env(base: Mapping[str, str], workspace: str, home: str) -> dict[str, str]:
@@ -137,7 +136,7 @@ def _fault(code: str | int) -> InfraFault:
 
 async def _clone(
     workspace: str, clone_url: str, sha: str, token: str, username: str, home: str
-) -> Refusal | None:
+) -> JobRefusal | None:
     env = clone_env(os.environ, workspace, home)
     secret_env = {
         **env,
@@ -183,17 +182,18 @@ async def clone_tip(
     token: str,
     username: str,
     timeout_s: float = CLONE_TIMEOUT_S,
-) -> Refusal | None:
+) -> JobRefusal | None:
     """Fill ``workspace`` (created and empty) with the commit ``sha`` of ``clone_url``, depth 1, detached.
 
-    Returns ``Refusal("sha-gone")`` when the forge no longer has the commit, None on success. Raises
-    ``ConfigError`` for a malformed sha, URL (not http/https, or with user information), token or username,
-    and ``InfraFault("clone-failed")`` (retried) for anything else, a timeout included. ``username`` is
-    what git sends beside the token: ``x-access-token`` (GitHub), ``oauth2`` (GitLab), any name elsewhere.
+    Returns ``JobRefusal("sha-gone")`` when the forge no longer has the commit, None on success. Raises
+    ``JobConfigRefused`` for a malformed sha, URL (not http/https, or with user information), token or
+    username, and ``InfraFault("clone-failed")`` (retried) for anything else, a timeout included.
+    ``username`` is what git sends beside the token: ``x-access-token`` (GitHub), ``oauth2`` (GitLab),
+    any name elsewhere.
     """
     problem = clone_problem(clone_url=clone_url, sha=sha, token=token, username=username)
     if problem is not None:
-        raise ConfigError(problem)
+        raise JobConfigRefused(problem)
     try:
         home = await asyncio.to_thread(_make_askpass_home)
     except OSError:

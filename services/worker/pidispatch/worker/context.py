@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiodocker
@@ -16,20 +16,19 @@ from pidispatch.common.health import Health
 from pidispatch.common.keys import JOB_STATE_TTL_S, Keys
 from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import Abort
 
-Clock = Callable[[], int]
-
 
 @dataclass
-class Context:
+class WorkerContext:
     settings: Settings
     redis: Redis
     keys: Keys
     docker: aiodocker.Docker
-    clock: Clock
+    clock: EpochMsClock
     env: Mapping[str, str]  # the worker's environment: provider keys, PI_FORWARD_ENV values, resolvers
     redis_health: Health
     busy_folders: set[str] = field(default_factory=set)
@@ -65,7 +64,7 @@ def hash_fields(fields: Mapping[str, str]) -> dict[FieldT, EncodableT]:
     return {k: v for k, v in fields.items()}
 
 
-async def set_state(ctx: Context, job_id: str, **fields: str) -> None:
+async def set_state(ctx: WorkerContext, job_id: str, **fields: str) -> None:
     """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run."""
     key = ctx.keys.job(job_id)
     try:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job
 from pidispatch.common.settings import ENV_NAME_RE, Settings
+from pidispatch.worker.outcome import JobConfigRefused
 
 CONTAINER_HOME = "/home/pi"
 PLAYWRIGHT_ENV: Mapping[str, str] = {
@@ -43,12 +43,12 @@ def effective_models(job: Job, settings: Settings) -> tuple[str, ...]:
 def token_vars(job: Job) -> tuple[str, ...]:
     """Where a job's minted forge token goes; a local job that asked for one gets GitHub's.
 
-    Raises ``ConfigError`` for a kind with no table entry: never a default forge.
+    Raises ``JobConfigRefused`` for a kind with no table entry: never a default forge.
     """
     kind = "github" if job.kind == "local" else job.kind
     names = FORGE_TOKEN_VARS.get(kind)
     if names is None:
-        raise ConfigError(
+        raise JobConfigRefused(
             f"job kind {kind!r} has no forge token variables; accepted: {', '.join(FORGE_TOKEN_VARS)}"
         )
     return names
@@ -94,7 +94,7 @@ def container_env(
     Assignment order (later wins): base map -> provider credential -> ``PI_FORWARD_ENV`` -> resolved
     secrets -> ``HOME`` -> runner-internal names deleted -> forge token. Secrets that would shadow a
     runtime name are refused before this (``resolve_secrets``); the order is the second line of defence.
-    Raises ``ConfigError`` for a secret name that is not a variable name, an empty forge token, or a
+    Raises ``JobConfigRefused`` for a secret name that is not a variable name, an empty forge token, or a
     forge token for a kind with no token variables.
     """
     env = base_env(job, name=name, settings=settings)
@@ -111,7 +111,7 @@ def container_env(
     for var, value in secrets.items():
         # A name with '=' in it would set another variable through the back door.
         if not ENV_NAME_RE.match(var):
-            raise ConfigError(
+            raise JobConfigRefused(
                 "a resolved secret is bound to an invalid variable name; accepted: [A-Za-z_][A-Za-z0-9_]*"
             )
         env[var] = value
@@ -121,7 +121,7 @@ def container_env(
         env.pop(var, None)
     if forge_token is not None:
         if not forge_token:
-            raise ConfigError(
+            raise JobConfigRefused(
                 "the minted forge token is empty; check the forge credentials (pi-dispatch doctor)"
             )
         for var in token_vars(job):

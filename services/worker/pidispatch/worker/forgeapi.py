@@ -4,8 +4,8 @@ job, the default branch and its tip, whether that branch is protected, and one c
 One small client per forge behind ``ForgeApi``; ``forge_api`` picks it from the job's kind. Every answer
 comes from a fresh, bounded, no-redirect request (never from webhook fields). Failures are two-armed:
 a determinate refusal (401, 403 without a rate limit, 404, other 4xx, a redirect, an unusable answer) is
-a ``ConfigError`` the worker records as ``config-refused``; a transient one (429, a rate-limited 403, 5xx,
-no answer, a body that is not the documented JSON) is an ``InfraFault`` carrying only a reason token.
+a ``JobConfigRefused`` the worker records as ``config-refused``; a transient one (429, a rate-limited 403,
+5xx, no answer, a body that is not the documented JSON) is an ``InfraFault`` carrying only a reason token.
 No message here ever holds a token, a URL path, a repository name or a body.
 """
 
@@ -20,9 +20,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import yarl
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
-from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers
+from pidispatch.common.github_auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
 from pidispatch.common.models import Job
 from pidispatch.common.secret import Secret
 from pidispatch.worker.forgecheck import (
@@ -39,7 +38,7 @@ from pidispatch.worker.forgecheck import (
     segment_ok,
     target_of,
 )
-from pidispatch.worker.outcome import InfraFault
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 FORGE_API_TIMEOUT_S = 10.0
 AZURE_API_VERSION = "7.1"
@@ -80,7 +79,7 @@ class _Client:
     @property
     def api_base(self) -> str:
         if self._api_base is None:
-            raise ConfigError(f"a {self.forge} job needs {self.variables}")
+            raise JobConfigRefused(f"a {self.forge} job needs {self.variables}")
         return self._api_base
 
     def headers(self, token: str) -> dict[str, str]:
@@ -163,7 +162,7 @@ class _Client:
     def pat(self, secret: Secret[str] | None, variable: str) -> str:
         value = secret.reveal().strip() if secret is not None else ""
         if not value:
-            raise ConfigError(f"a {self.forge} job needs {variable}; it is unset or blank")
+            raise JobConfigRefused(f"a {self.forge} job needs {variable}; it is unset or blank")
         return value
 
 
@@ -185,9 +184,14 @@ class GithubApi(_Client):
 
     async def mint(self) -> str:
         if self.auth is None:
-            raise ConfigError("a github job needs GITHUB_AUTH_SOURCE (gh, pat or app) and its credentials")
+            raise JobConfigRefused(
+                "a github job needs GITHUB_AUTH_SOURCE (gh, pat or app) and its credentials"
+            )
         try:
             return await self.auth.mint_job_token(self.job.repo)
+        except GithubAuthRefused as exc:
+            # The same refusal as at boot, but here it refuses one job; the worker keeps running.
+            raise JobConfigRefused(str(exc)) from None
         except GithubAuthUnavailable as exc:
             limited = exc.reason in ("status-429", "status-403")
             raise InfraFault(RATE_LIMITED if limited else UNAVAILABLE) from None
@@ -224,7 +228,7 @@ class GitlabApi(_Client):
         elif isinstance(job.repo, str) and all(segment_ok(p) for p in job.repo.split("/")):
             project = seg(job.repo)  # GitLab takes the URL-encoded full path in place of the id
         else:
-            raise ConfigError("a gitlab job needs its project id or path; this job's is unusable")
+            raise JobConfigRefused("a gitlab job needs its project id or path; this job's is unusable")
         self.project_url = f"{self.api_base}/api/v4/projects/{project}"
 
     def headers(self, token: str) -> dict[str, str]:
@@ -317,7 +321,7 @@ class AzureApi(_Client):
         scope = job.azure or {}
         project, repository = scope.get("project"), scope.get("repository")
         if not segment_ok(project) or not segment_ok(repository):
-            raise ConfigError("an azure job needs its project and repository; this job's are unusable")
+            raise JobConfigRefused("an azure job needs its project and repository; this job's are unusable")
         self.project, self.repository = str(project), str(repository)
         self._repository_id: str | None = None
 
@@ -354,7 +358,7 @@ class AzureApi(_Client):
         repo = await self._repo(token)
         ref = repo.get("defaultBranch")
         if isinstance(ref, str) and not ref.startswith("refs/heads/"):
-            raise ConfigError("the azure repository's default branch is not a branch (refs/heads/...)")
+            raise JobConfigRefused("the azure repository's default branch is not a branch (refs/heads/...)")
         name = ref.removeprefix("refs/heads/") if isinstance(ref, str) else ref
         branch = default_branch_of(name, self.forge)
         return branch, check_clone_url(strip_username(repo.get("remoteUrl")), self.api_base, self.forge)
@@ -368,7 +372,7 @@ class AzureApi(_Client):
         # The filter is a prefix match: heads/main also lists heads/main-old.
         exact = [v for v in values if isinstance(v, dict) and v.get("name") == f"refs/heads/{branch}"]
         if not exact:
-            raise ConfigError("the azure repository's default branch does not exist; nothing to run on")
+            raise JobConfigRefused("the azure repository's default branch does not exist; nothing to run on")
         return check_sha(exact[0].get("objectId"))
 
     async def protected(self, token: str, branch: str) -> bool:
@@ -405,4 +409,4 @@ def forge_api(job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
         return ForgejoApi(job, config, http)
     if job.kind == "azure":
         return AzureApi(job, config, http)
-    raise ConfigError("this job's kind has no forge API; accepted: github, gitlab, forgejo, azure")
+    raise JobConfigRefused("this job's kind has no forge API; accepted: github, gitlab, forgejo, azure")

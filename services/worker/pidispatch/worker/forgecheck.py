@@ -1,7 +1,7 @@
 """Pure checks of what a forge's API answered and of a forge job's address (no I/O).
 
-A determinate problem is a ``ConfigError`` (the worker records ``config-refused``); a garbled answer that a
-retry may fix is an ``InfraFault``. No message quotes a token, URL, repository name or body.
+A determinate problem is a ``JobConfigRefused`` (the worker records ``config-refused``); a garbled answer
+that a retry may fix is an ``InfraFault``. No message quotes a token, URL, repository name or body.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ import re
 from collections.abc import Mapping
 from urllib.parse import quote, urlsplit
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.github_auth import is_transient_status
 from pidispatch.common.models import Job
-from pidispatch.worker.outcome import InfraFault
+from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 # Reason tokens of retried forge faults.
 UNAVAILABLE = "forge-unavailable"
@@ -25,15 +24,17 @@ TARGET_TYPES = ("issue", "pull_request")
 
 def failure(
     forge: str, status: int, headers: Mapping[str, str], what: str, variables: str
-) -> ConfigError | InfraFault:
+) -> JobConfigRefused | InfraFault:
     """The exception for a non-2xx answer: rate limits and outages are retried, the rest is refused."""
     lowered = {k.lower(): v for k, v in headers.items()}
     if status == 429 or (status == 403 and is_transient_status(status, lowered)):
         return InfraFault(RATE_LIMITED)
     if is_transient_status(status, lowered):
         return InfraFault(UNAVAILABLE)
-    return ConfigError(f"the {forge} API refused {what} (HTTP {status}); check {variables} and that "
-                       "those credentials can read this repository")
+    return JobConfigRefused(
+        f"the {forge} API refused {what} (HTTP {status}); check {variables} and that "
+        "those credentials can read this repository"
+    )
 
 
 def check_branch(name: object, forge: str) -> str:
@@ -43,8 +44,10 @@ def check_branch(name: object, forge: str) -> str:
         and not name.startswith(("-", "/", ".")) and not name.endswith(("/", ".", ".lock"))
         and not any(bad in name for bad in ("..", "//", "@{", "/.")) and name != "@"
     ):
-        raise ConfigError(f"the {forge} API named a default branch that is not a usable branch name; the "
-                          "repository's default branch must be an ordinary git branch")
+        raise JobConfigRefused(
+            f"the {forge} API named a default branch that is not a usable branch name; the "
+            "repository's default branch must be an ordinary git branch"
+        )
     return name
 
 
@@ -69,8 +72,10 @@ def check_clone_url(raw: object, api_base: str, forge: str) -> str:
         or "@" in parts.netloc or "?" in raw or "#" in raw or not raw.isprintable() or " " in raw
     ):
         accepted = " or ".join(f"{s}://host/path" for s in schemes)
-        raise ConfigError(f"the {forge} API answered a clone URL that is refused; accepted: {accepted} "
-                          "without credentials, query or fragment")
+        raise JobConfigRefused(
+            f"the {forge} API answered a clone URL that is refused; accepted: {accepted} "
+            "without credentials, query or fragment"
+        )
     return raw
 
 
@@ -81,7 +86,7 @@ def target_of(job: Job) -> tuple[str, int]:
         t is None or t.type not in TARGET_TYPES or isinstance(t.number, bool)
         or not isinstance(t.number, int) or t.number < 1
     ):
-        raise ConfigError("this job names no issue or pull request to comment on")
+        raise JobConfigRefused("this job names no issue or pull request to comment on")
     return t.type, t.number
 
 
@@ -97,7 +102,7 @@ def segment_ok(value: object) -> bool:
 def owner_name(job: Job) -> tuple[str, str]:
     owner, sep, name = job.repo.partition("/") if isinstance(job.repo, str) else ("", "", "")
     if not sep or not segment_ok(owner) or not segment_ok(name):
-        raise ConfigError(f"a {job.kind} job needs its repository as owner/name; this job's is unusable")
+        raise JobConfigRefused(f"a {job.kind} job needs its repository as owner/name; this job's is unusable")
     return owner, name
 
 
@@ -109,5 +114,7 @@ def dig(data: object, *path: str) -> object:
 
 def default_branch_of(value: object, forge: str) -> str:
     if value is None:
-        raise ConfigError(f"the {forge} repository has no default branch (is it empty?); nothing to run on")
+        raise JobConfigRefused(
+            f"the {forge} repository has no default branch (is it empty?); nothing to run on"
+        )
     return check_branch(value, forge)

@@ -16,7 +16,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.registry import HostRow, is_live, job_needs, pick_host, read_live_hosts
 from pidispatch.common.scripts import FORWARD
-from pidispatch.worker.context import Context, Held
+from pidispatch.worker.context import Held, WorkerContext
 
 FORWARDED_FIELD = "forwardedBy"
 
@@ -32,7 +32,7 @@ def forward_target(
     return pick_host(capable, job_id)
 
 
-async def forward_if_unservable(ctx: Context, held: Held, job: Job) -> bool:
+async def forward_if_unservable(ctx: WorkerContext, held: Held, job: Job) -> bool:
     """True when the job was handed to another host (and acked here). Raises RegistryUnreachable or
     RedisError when Redis cannot answer: the job is then held, never refused for want of a registry."""
     needs = job_needs(job)

@@ -13,7 +13,6 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import msgspec
 
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, RunRecord, record_target, sanitize_job_id
-from pidispatch.common.runtime import stopped
+from pidispatch.common.runtime import EpochMsClock, stopped
 from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
 from pidispatch.worker.jobname import job_file_name
@@ -200,7 +199,7 @@ async def sweep_logs(logs_dir: str, retention_days: int, now_ms: int) -> int:
     return removed
 
 
-async def run_log_sweeper(settings: Settings, stop: asyncio.Event, clock: Callable[[], int]) -> None:
+async def run_log_sweeper(settings: Settings, stop: asyncio.Event, clock: EpochMsClock) -> None:
     """Sweep at once, then every ``PI_SWEEP_INTERVAL_HOURS`` (0 = at boot only) until ``stop``."""
     interval_s = settings.sweep_interval_hours * HOUR_S
     while not stop.is_set():

@@ -14,20 +14,19 @@ import os
 
 from redis.exceptions import RedisError
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.worker import budget
 from pidispatch.worker.clone import clone_tip
 from pidispatch.worker.container import SpecRefused, build_spec, container_name, resolve_image
-from pidispatch.worker.context import Context, Held, set_state
+from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.environment import container_env
 from pidispatch.worker.exitline import parse_exit_line
 from pidispatch.worker.forgeapi import Tip, forge_api
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import inspect_folder, local_user
-from pidispatch.worker.outcome import Outcome, Refusal
+from pidispatch.worker.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
 from pidispatch.worker.preflight import image_refusal, inspect_image
 from pidispatch.worker.runner import DockerUnavailable, RunResult, classify, run_container
 from pidispatch.worker.secrets import resolve_secrets
@@ -63,7 +62,7 @@ class Spend:
             get_logger().warning("budget_refund_failed", error=type(exc).__name__)
 
 
-def capture_path(ctx: Context, job: Job) -> str | None:
+def capture_path(ctx: WorkerContext, job: Job) -> str | None:
     """``<PI_LOGS_DIR>/<id>.log`` when ``PI_CAPTURE_JOB_LOGS=1``: the agent's output holds payload text, so it
     is kept only on this host, beside the record, and swept with it."""
     if not ctx.settings.capture_job_logs:
@@ -71,21 +70,23 @@ def capture_path(ctx: Context, job: Job) -> str | None:
     return str(record_path(ctx.settings.logs_dir, job.id).with_suffix(".log"))
 
 
-def refuse(job: Job, reason: str, *, budget_reserved: bool = False) -> Outcome:
+def refuse(job: Job, reason: str, *, budget_reserved: bool = False) -> AttemptOutcome:
     get_logger().info("job_refused", job=job.id, reason=reason)
-    return Outcome("policy", reason, budget_reserved=budget_reserved)
+    return AttemptOutcome("policy", reason, budget_reserved=budget_reserved)
 
 
-def settle_result(result: RunResult, *, budget_reserved: bool) -> Outcome:
+def settle_result(result: RunResult, *, budget_reserved: bool) -> AttemptOutcome:
     """Pure: how a container's end is recorded (docs/worker.md); telemetry never moves the class."""
     info = parse_exit_line(result.tail)
     outcome, reason = classify(result)
     if outcome == "policy" and reason == "runner-policy" and info is not None and info.exit_reason:
         reason = info.exit_reason
-    return Outcome(outcome, reason, result, info, budget_reserved=budget_reserved, retry=outcome == "failed")
+    return AttemptOutcome(
+        outcome, reason, result, info, budget_reserved=budget_reserved, retry=outcome == "failed",
+    )
 
 
-async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcome:
+async def run_ladder(ctx: WorkerContext, held: Held, job: Job, spend: Spend) -> AttemptOutcome:
     """One attempt. Refusals return; ``InfraFault`` and ``DockerUnavailable``/``RedisError`` propagate."""
     s = ctx.settings
     try:
@@ -96,19 +97,19 @@ async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcom
     if refusal is not None:
         return refuse(job, refusal.reason)
     secrets = await resolve_secrets(job, s, env=ctx.env, abort=held.abort)
-    if isinstance(secrets, Refusal):
+    if isinstance(secrets, JobRefusal):
         return refuse(job, secrets.reason)
     user, workspace, sha = s.job_user, None, None
     token: str | None = None
     tip: Tip | None = None
     if job.kind == "local":
         folder = await inspect_folder(job.folder or "")
-        if isinstance(folder, Refusal):
+        if isinstance(folder, JobRefusal):
             return refuse(job, folder.reason)
         user, workspace, sha = local_user(folder), job.folder, folder.sha
     else:
         forge = await _forge_gates(ctx, job)
-        if isinstance(forge, Refusal):
+        if isinstance(forge, JobRefusal):
             return refuse(job, forge.reason)
         token, tip = forge
     job_dir = await prepare_workspace(job, s, sha=sha)
@@ -129,46 +130,46 @@ async def run_ladder(ctx: Context, held: Held, job: Job, spend: Spend) -> Outcom
             await remove_workspace(job_dir, s.jobs_dir)
 
 
-async def _forge_gates(ctx: Context, job: Job) -> tuple[str, Tip] | Refusal:
+async def _forge_gates(ctx: WorkerContext, job: Job) -> tuple[str, Tip] | JobRefusal:
     """Rows 13-14: a token for this job's repository only, the default branch's tip from fresh API calls
     (never the webhook's fields), and that branch must be protected."""
     try:
         if ctx.http is None:  # only a worker built without its HTTP session (a test) gets here
-            raise ConfigError("no HTTP client for forge calls")
+            raise JobConfigRefused("no HTTP client for forge calls")
         api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
         token = await api.mint()
         tip = await api.protected_tip(token)
         if tip is None:
-            return Refusal("unprotected-branch")
-    except ConfigError:
+            return JobRefusal("unprotected-branch")
+    except JobConfigRefused:
         # Recorded ``config-refused``: the message may name paths or variables, so it stays out.
         get_logger().warning("refused_config", job=job.id, kind=job.kind, step="forge")
-        return Refusal("config-refused")
+        return JobRefusal("config-refused")
     return token, tip
 
 
-async def _clone(job: Job, job_dir: str, tip: Tip, token: str) -> Refusal | None:
+async def _clone(job: Job, job_dir: str, tip: Tip, token: str) -> JobRefusal | None:
     """Row 15 for forge jobs: the tip commit, fetched with the token only in a throw-away askpass."""
     try:
         return await clone_tip(
             os.path.join(job_dir, "workspace"), clone_url=tip.clone_url, sha=tip.sha, token=token,
             username=GIT_USERNAMES.get(job.kind, "pi-dispatch"),
         )
-    except ConfigError:
+    except JobConfigRefused:
         get_logger().warning("refused_config", job=job.id, kind=job.kind, step="clone")
-        return Refusal("config-refused")
+        return JobRefusal("config-refused")
 
 
 async def _spend(
-    ctx: Context, held: Held, job: Job, spend: Spend, *, job_dir: str, user: str, workspace: str | None,
+    ctx: WorkerContext, held: Held, job: Job, spend: Spend, *, job_dir: str, user: str, workspace: str | None,
     secrets: dict[str, str], token: str | None,
-) -> Outcome:
+) -> AttemptOutcome:
     s = ctx.settings
     capped = await budget.token_cap_refusal(ctx.redis, ctx.keys, s, ctx.clock())
     if capped is not None:
         return refuse(job, capped.reason)
     reserved = await budget.reserve(ctx.redis, ctx.keys, s, ctx.clock())
-    if isinstance(reserved, Refusal):
+    if isinstance(reserved, JobRefusal):
         # A refused reservation is not given back: the record says the slot stays counted.
         return refuse(job, reserved.reason, budget_reserved=reserved.budget_reserved)
     spend.reservation = reserved
@@ -176,7 +177,7 @@ async def _spend(
     try:
         env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets, forge_token=token)
         spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace)
-    except (SpecRefused, ConfigError, ValueError):
+    except (SpecRefused, JobConfigRefused, ValueError):
         # Recorded ``config-refused``: nothing ran, so the reservation goes back.
         await spend.refund()
         return refuse(job, "config-refused")
@@ -206,7 +207,7 @@ async def _spend(
     return done
 
 
-async def count_tokens(ctx: Context, done: Outcome) -> None:
+async def count_tokens(ctx: WorkerContext, done: AttemptOutcome) -> None:
     """Add a run's tokens to today's counter (never raises), whichever process saw it end."""
     if done.exit_info is not None and done.exit_info.tokens:
         total = done.exit_info.tokens["total"]

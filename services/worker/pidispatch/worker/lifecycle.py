@@ -25,11 +25,11 @@ from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead
 from pidispatch.worker.answers import answer_for, post_answer
-from pidispatch.worker.context import Context, Held, hash_fields, set_state
+from pidispatch.worker.context import Held, WorkerContext, hash_fields, set_state
 from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
-from pidispatch.worker.outcome import InfraFault, Outcome
+from pidispatch.worker.outcome import AttemptOutcome, InfraFault
 from pidispatch.worker.runner import (
     ContainerGone,
     DockerUnavailable,
@@ -52,7 +52,7 @@ class Hold(Exception):
         self.cause = cause
 
 
-async def process(ctx: Context, held: Held) -> None:
+async def process(ctx: WorkerContext, held: Held) -> None:
     """Run one held entry to an ack or a hold. Raises ``Hold`` to leave it pending."""
     try:
         job, attempt = job_from_fields(held.fields)
@@ -84,7 +84,7 @@ class Prior:
     confirmed: bool = False  # the start itself was seen (state running, a container id stored)
 
 
-async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
+async def _prior(ctx: WorkerContext, job: Job, attempt: int) -> Prior:
     state = decode_fields(await ctx.redis.hgetall(ctx.keys.job(job.id)))
     if state.get("attempt") != str(attempt):
         state = {}
@@ -101,7 +101,7 @@ async def _prior(ctx: Context, job: Job, attempt: int) -> Prior:
     return Prior(None, None, launched, started_ms, host=host, confirmed=confirmed)
 
 
-async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> bool:
+async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> bool:
     """True when the entry is fully handled by what an earlier delivery of it did or left."""
     prior = await _prior(ctx, job, attempt)
     log = get_logger()
@@ -132,12 +132,14 @@ async def _settle_earlier(ctx: Context, held: Held, job: Job, attempt: int) -> b
         # It started a container that is gone with its exit code: never pay for it twice.
         if held.origin == "peer":
             log.warning("job_lost_with_its_host", job=job.id)
-        await _conclude(ctx, held, job, attempt, started_ms, Outcome("failed", "worker-lost"))
+        await _conclude(ctx, held, job, attempt, started_ms, AttemptOutcome("failed", "worker-lost"))
         return True
     return False
 
 
-async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_dir: str | None) -> Outcome:
+async def _reattach(
+    ctx: WorkerContext, held: Held, job: Job, container_id: str, job_dir: str | None,
+) -> AttemptOutcome:
     get_logger().info("job_reattached", job=job.id, container=container_id[:12])
     await set_state(ctx, job.id, state="running", container=container_id)
     try:
@@ -146,7 +148,7 @@ async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_d
             capture=capture_path(ctx, job),
         )
     except ContainerGone:
-        return Outcome("failed", "worker-lost", budget_reserved=True)
+        return AttemptOutcome("failed", "worker-lost", budget_reserved=True)
     if job_dir:
         await remove_workspace(job_dir, ctx.settings.jobs_dir)
     done = settle_result(result, budget_reserved=True)
@@ -157,7 +159,7 @@ async def _reattach(ctx: Context, held: Held, job: Job, container_id: str, job_d
 # ---- one attempt ------------------------------------------------------------------------------------
 
 
-async def _attempt(ctx: Context, held: Held, job: Job, attempt: int) -> None:
+async def _attempt(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
     folder = job.folder if job.kind == "local" else None
     if folder is not None and folder in ctx.busy_folders:
         await _defer(ctx, held, job, attempt)  # one local job per folder at a time
@@ -177,7 +179,7 @@ async def _attempt(ctx: Context, held: Held, job: Job, attempt: int) -> None:
     await _conclude(ctx, held, job, attempt, started_ms, done)
 
 
-async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
+async def _run(ctx: WorkerContext, held: Held, job: Job) -> AttemptOutcome:
     """The ladder and the container; an infrastructure fault becomes a retried ``failed`` attempt.
 
     A hold (Docker or Redis gone) or a shutdown past its grace writes no record: an attempt that started
@@ -190,7 +192,7 @@ async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
         if fault.refund:
             await spend.refund()
         get_logger().warning("job_attempt_failed", job=job.id, reason=fault.reason)
-        return Outcome("failed", fault.reason, budget_reserved=spend.reserved, retry=True)
+        return AttemptOutcome("failed", fault.reason, budget_reserved=spend.reserved, retry=True)
     except (DockerUnavailable, RedisError, RegistryUnreachable):
         if not spend.started:
             await spend.refund()
@@ -205,20 +207,20 @@ async def _run(ctx: Context, held: Held, job: Job) -> Outcome:
         get_logger().warning(
             "job_attempt_failed", job=job.id, reason="workspace-fault", error=type(exc).__name__
         )
-        return Outcome("failed", "workspace-fault", retry=True)
+        return AttemptOutcome("failed", "workspace-fault", retry=True)
     except Exception as exc:
         # A bug: recorded once ``failed``/``internal-error``, never retried.
         get_logger().error("job_crashed", job=job.id, error=type(exc).__name__)
         if not spend.started:
             await spend.refund()
-        return Outcome("failed", "internal-error", budget_reserved=spend.reserved)
+        return AttemptOutcome("failed", "internal-error", budget_reserved=spend.reserved)
 
 
 # ---- after the attempt ------------------------------------------------------------------------------
 
 
 async def _conclude(
-    ctx: Context, held: Held, job: Job, attempt: int, started_ms: int, done: Outcome,
+    ctx: WorkerContext, held: Held, job: Job, attempt: int, started_ms: int, done: AttemptOutcome,
     *, owner: str | None = None,
 ) -> None:
     """Record, remove the container, then retry later or mark terminal and ack: the container's exit
@@ -243,7 +245,7 @@ async def _conclude(
 
 
 async def _after_record(
-    ctx: Context, held: Held, job: Job, attempt: int, outcome: str, reason: str | None, *, retry: bool
+    ctx: WorkerContext, held: Held, job: Job, attempt: int, outcome: str, reason: str | None, *, retry: bool
 ) -> None:
     log = get_logger()
     if retry and outcome == "failed" and reason not in NOT_RETRIED and attempt < ctx.settings.retry_attempts:
@@ -264,7 +266,7 @@ async def _after_record(
         await post_answer(ctx, job, text)
 
 
-async def _mark_terminal_and_ack(ctx: Context, held: Held, job_id: str, fields: dict[str, str]) -> None:
+async def _mark_terminal_and_ack(ctx: WorkerContext, held: Held, job_id: str, fields: dict[str, str]) -> None:
     async with ctx.redis.pipeline(transaction=True) as pipe:
         pipe.hset(ctx.keys.job(job_id), mapping=hash_fields(fields))
         pipe.expire(ctx.keys.job(job_id), JOB_STATE_TTL_S)
@@ -272,7 +274,7 @@ async def _mark_terminal_and_ack(ctx: Context, held: Held, job_id: str, fields: 
         await pipe.execute()
 
 
-async def _defer(ctx: Context, held: Held, job: Job, attempt: int) -> None:
+async def _defer(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
     """Back to ``pd:delayed`` for a few seconds without using an attempt (its folder is busy here)."""
     get_logger().info("job_deferred", job=job.id, why="folder-busy")
     await _until_done(ctx, lambda: delayed.schedule(
@@ -281,7 +283,7 @@ async def _defer(ctx: Context, held: Held, job: Job, attempt: int) -> None:
     ))
 
 
-async def _until_done(ctx: Context, step: Callable[[], Awaitable[object]]) -> None:
+async def _until_done(ctx: WorkerContext, step: Callable[[], Awaitable[object]]) -> None:
     """A step that must happen once the record exists: retried through a Redis outage."""
     backoff = Backoff()
     while True:
@@ -294,7 +296,7 @@ async def _until_done(ctx: Context, step: Callable[[], Awaitable[object]]) -> No
         await asyncio.sleep(backoff.next())
 
 
-async def _dead(ctx: Context, held: Held, reason: str) -> None:
+async def _dead(ctx: WorkerContext, held: Held, reason: str) -> None:
     get_logger().warning("job_malformed", entry=held.entry_id, reason=reason)
     with contextlib.suppress(RedisError):
         deliveries = await delivery_count(ctx.redis, held.stream, WORKER_GROUP, held.entry_id)

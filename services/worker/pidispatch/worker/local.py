@@ -19,15 +19,16 @@ import re
 import signal
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields, text
+from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobRefusal
 
 GIT_TIMEOUT_S = 10.0
 GIT_HARDENING = (
@@ -128,7 +129,7 @@ def _stat_repo(folder: str) -> os.stat_result | None:
     return st
 
 
-async def inspect_folder(folder: str) -> FolderFacts | Refusal:
+async def inspect_folder(folder: str) -> FolderFacts | JobRefusal:
     """The worker's gate on a local job's folder (ladder row 15, local part), before any spend.
 
     Refusals, in order: no folder or no ``.git`` (``local-folder-not-a-repo``), git refuses the repository
@@ -137,22 +138,22 @@ async def inspect_folder(folder: str) -> FolderFacts | Refusal:
     for any other filesystem error and when git cannot run.
     """
     if not os.path.isabs(folder):
-        return Refusal(NOT_A_REPO)
+        return JobRefusal(NOT_A_REPO)
     try:
         st = await asyncio.to_thread(_stat_repo, folder)
     except OSError:
         raise InfraFault(FOLDER_UNREACHABLE) from None
     if st is None:
-        return Refusal(NOT_A_REPO)
+        return JobRefusal(NOT_A_REPO)
     code, _ = await git(folder, "rev-parse", "--git-dir")
     if code != 0:
-        return Refusal(UNREADABLE_REPO)
+        return JobRefusal(UNREADABLE_REPO)
     code, out = await git(folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     sha = out.decode(errors="replace").strip()
     if code != 0 or not SHA_RE.match(sha):
-        return Refusal(NO_COMMIT)
+        return JobRefusal(NO_COMMIT)
     if st.st_uid == 0 or st.st_gid == 0:
-        return Refusal(USER_UNMAPPABLE)
+        return JobRefusal(USER_UNMAPPABLE)
     return FolderFacts(sha=sha, uid=st.st_uid, gid=st.st_gid, basename=os.path.basename(folder.rstrip("/")))
 
 
@@ -275,7 +276,7 @@ async def check_folder(path: str, shown: str, *, force: bool) -> FolderFacts | s
     if not await asyncio.to_thread(os.path.isdir, path):
         return f"folder {shown} does not exist (or is not a folder); pass the path of a git repository"
     facts = await inspect_folder(path)
-    if isinstance(facts, Refusal):
+    if isinstance(facts, JobRefusal):
         return _REFUSAL_TEXT[facts.reason].format(shown=shown)
     code, out = await git(path, "rev-parse", "--show-toplevel")
     top = out.decode(errors="replace").strip()
@@ -322,7 +323,7 @@ def run_command(args: argparse.Namespace) -> object:
     return run_main(args, now_ms)
 
 
-async def run_main(args: argparse.Namespace, clock: Callable[[], int]) -> int:
+async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     """Every argument and folder check first, then settings, then Redis: a refused run touches nothing."""
     problem = argument_problem(args)
     if problem is not None:

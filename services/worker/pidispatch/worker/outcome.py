@@ -1,6 +1,7 @@
 """How a step of a job's ladder can end short of running: a named refusal, or a retried fault.
 
-A ``Refusal`` is determinate: recorded ``policy`` with its reason token, never retried.
+A ``JobRefusal`` is determinate: recorded ``policy`` with its reason token, never retried.
+A ``JobConfigRefused`` is raised where a step finds the job unrunnable; recorded ``config-refused``.
 An ``InfraFault`` is an infrastructure failure: the attempt is recorded ``failed`` and the job retried
 while attempts remain. ``refund`` says whether nothing was spent, so a budget slot
 reserved for the attempt is given back (only ``container-never-started`` and faults before the container).
@@ -9,17 +10,25 @@ reserved for the attempt is given back (only ``container-never-started`` and fau
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from pidispatch.worker.exitline import ExitInfo
     from pidispatch.worker.runner import RunResult
 
+# The outcome an attempt's record carries: ``policy`` is a determinate stop, ``failed`` may be retried.
+OutcomeName = Literal["completed", "policy", "failed"]
+
 
 @dataclass(frozen=True)
-class Refusal:
+class JobRefusal:
     reason: str
     budget_reserved: bool = False
+
+
+class JobConfigRefused(Exception):
+    """This job cannot run as configured: its own fields, the forge's answer or a credential it needs.
+    Recorded ``config-refused`` and never retried; unlike ``ConfigError`` the worker does not exit."""
 
 
 class InfraFault(Exception):
@@ -32,10 +41,10 @@ class InfraFault(Exception):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AttemptOutcome:
     """How one attempt ended, as its record will say; ``retry`` marks a failed attempt that may run again."""
 
-    outcome: str
+    outcome: OutcomeName
     reason: str | None
     result: RunResult | None = None
     exit_info: ExitInfo | None = None

@@ -19,7 +19,7 @@ from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
 from pidispatch.worker.environment import effective_models
 from pidispatch.worker.image import CAPABILITIES_LABEL, FORGES_LABEL, PI_VERSION_LABEL
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobRefusal
 from pidispatch.worker.runner import DockerUnavailable, is_unreachable
 
 # A daemon that takes longer than this to describe one image is treated as not answering.
@@ -123,19 +123,19 @@ async def inspect_image(docker: aiodocker.Docker, ref: str) -> ImageFacts | None
     return image_facts(info)
 
 
-def image_refusal(facts: ImageFacts | None, job: Job, settings: Settings) -> Refusal | None:
+def image_refusal(facts: ImageFacts | None, job: Job, settings: Settings) -> JobRefusal | None:
     """Pure: the refusal this image earns this job, or None when it may run there.
 
     ``forges`` is an exclusion list (absent = every forge); ``capabilities`` is an inclusion list
     (absent = nothing claimed), consulted only for features the job actually carries.
     """
     if facts is None:
-        return Refusal("job-image-missing")
+        return JobRefusal("job-image-missing")
     if job.kind != "local" and facts.forges is not None and job.kind not in facts.forges:
-        return Refusal("job-image-forge-unsupported")
+        return JobRefusal("job-image-forge-unsupported")
     for gate in CAPABILITY_GATES:
         if gate.needed(job, settings) and gate.token not in facts.capabilities:
-            return Refusal(gate.reason)
+            return JobRefusal(gate.reason)
     if ANY_UID not in facts.capabilities:
-        return Refusal("job-image-any-uid-unsupported")
+        return JobRefusal("job-image-any-uid-unsupported")
     return None

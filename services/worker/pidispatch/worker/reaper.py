@@ -20,7 +20,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields
 from pidispatch.worker import dockerapi
 from pidispatch.worker.container import LABEL_HOST, LABEL_JOB
-from pidispatch.worker.context import Context
+from pidispatch.worker.context import WorkerContext
 from pidispatch.worker.history import read_record
 from pidispatch.worker.lifecycle import TERMINAL_STATES
 from pidispatch.worker.runner import force_remove
@@ -43,7 +43,7 @@ def should_remove(
     return not job_state  # no job owns it any more (its state expired, or it never had one)
 
 
-async def _owned_jobs(ctx: Context, streams: list[str]) -> set[str]:
+async def _owned_jobs(ctx: WorkerContext, streams: list[str]) -> set[str]:
     """The job ids of this host's pending entries."""
     owned: set[str] = set()
     for stream in streams:
@@ -58,7 +58,7 @@ async def _owned_jobs(ctx: Context, streams: list[str]) -> set[str]:
     return owned
 
 
-async def _decide(ctx: Context, container: DockerContainer, owned: set[str]) -> tuple[bool, str | None]:
+async def _decide(ctx: WorkerContext, container: DockerContainer, owned: set[str]) -> tuple[bool, str | None]:
     info = dockerapi.listed(container)
     job_id = (info.get("Labels") or {}).get(LABEL_JOB)
     if not isinstance(job_id, str) or not job_id:
@@ -72,7 +72,7 @@ async def _decide(ctx: Context, container: DockerContainer, owned: set[str]) -> 
     return remove, job_id
 
 
-async def reap_strays(ctx: Context, streams: list[str]) -> bool:
+async def reap_strays(ctx: WorkerContext, streams: list[str]) -> bool:
     """Remove this host's containers that nothing will record or remove; True once done.
 
     Runs before any job starts. Redis or Docker failing skips it (False: the next check tries again).

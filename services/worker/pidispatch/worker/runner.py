@@ -27,6 +27,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.worker import dockerapi
 from pidispatch.worker.container import JOB_MOUNT, LABEL_HOST, LABEL_JOB, ContainerSpec, to_docker_config
 from pidispatch.worker.exitline import TAIL_BYTES, Tail
+from pidispatch.worker.outcome import OutcomeName
 
 STOP_TIMEOUT_S = 5
 # After a stop, how long the container gets to actually exit before the slot is freed anyway.
@@ -75,7 +76,7 @@ class RunResult:
     container_id: str | None
 
 
-def classify(result: RunResult) -> tuple[str, str | None]:
+def classify(result: RunResult) -> tuple[OutcomeName, str | None]:
     """Pure: (outcome, reason). The abort flag decides, not the code (an OOM kill is 137 too)."""
     if result.aborted:
         return "policy", OPERATOR_CANCEL if result.abort_reason == OPERATOR_CANCEL else "worker-abort"

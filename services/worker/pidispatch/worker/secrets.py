@@ -21,7 +21,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.settings import ENV_NAME_RE, Settings
 from pidispatch.worker.environment import effective_provider
-from pidispatch.worker.outcome import InfraFault, Refusal
+from pidispatch.worker.outcome import InfraFault, JobRefusal
 
 STDOUT_CAP = 64 * 1024
 KILL_GRACE_S = 2.0
@@ -198,12 +198,12 @@ async def run_resolver(
         await _finish(proc, KILL_GRACE_S)
 
 
-def _refuse(job: Job, name: str, failure: str, reason: str, answer: Answer | None = None) -> Refusal:
+def _refuse(job: Job, name: str, failure: str, reason: str, answer: Answer | None = None) -> JobRefusal:
     get_logger().info(
         "secret_refused", kind=job.kind, name=name, failure=failure,
         code=answer.code if answer else None, stderrBytes=answer.stderr_bytes if answer else None,
     )
-    return Refusal(reason)
+    return JobRefusal(reason)
 
 
 async def resolve_secrets(
@@ -212,7 +212,7 @@ async def resolve_secrets(
     *,
     abort: asyncio.Event | None = None,
     env: Mapping[str, str] | None = None,
-) -> dict[str, str] | Refusal:
+) -> dict[str, str] | JobRefusal:
     """The job's secrets as ``{name: value}`` (``{}`` when it binds none), or a named refusal.
 
     Raises ``InfraFault("secret-resolver-unreachable")`` for a resolver that could not give a verdict

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import aiodocker
 from redis.exceptions import RedisError
@@ -27,10 +27,10 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import capability_tokens
-from pidispatch.common.runtime import stopped, unless_stopped
+from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
-from pidispatch.worker.context import Context, Held
+from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.lifecycle import Hold, process
 from pidispatch.worker.mirror import Mirror
@@ -38,8 +38,6 @@ from pidispatch.worker.reaper import reap_strays
 from pidispatch.worker.runner import DockerUnavailable
 from pidispatch.worker.upkeep import SlotKey, Upkeep
 from pidispatch.worker.workspace import ensure_jobs_dir
-
-Clock = Callable[[], int]
 
 DOCKER_CHECK_S = 3.0
 PAUSE_CHECK_S = 1.0
@@ -53,12 +51,12 @@ DOCKER_HINT = (
 class Worker:
     def __init__(
         self, settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker,
-        stop: asyncio.Event, clock: Clock, env: Mapping[str, str],
+        stop: asyncio.Event, clock: EpochMsClock, env: Mapping[str, str],
     ) -> None:
         self.settings, self.redis, self.keys, self.docker, self.stop = settings, redis, keys, docker, stop
         caps = frozenset(capability_tokens((name for name, _ in settings.secret_profiles), ()))
         mirror = Mirror(redis, keys, settings.log_retention_days) if settings.worker_name_declared else None
-        self.ctx = Context(
+        self.ctx = WorkerContext(
             settings, redis, keys, docker, clock, env, Health("redis_unreachable", "redis_restored"),
             caps=caps,
             mirror=mirror,
@@ -285,7 +283,7 @@ class Worker:
 
 async def run_worker(
     settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker, stop: asyncio.Event,
-    clock: Clock, env: Mapping[str, str] | None = None,
+    clock: EpochMsClock, env: Mapping[str, str] | None = None,
 ) -> None:
     """Run the worker until ``stop`` is set; returns after a clean shutdown (resources stay the caller's)."""
     await Worker(settings, redis, keys, docker, stop, clock, os.environ if env is None else env).run()

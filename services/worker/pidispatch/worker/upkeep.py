@@ -23,7 +23,7 @@ from pidispatch.common.models import decode_fields, text
 from pidispatch.common.registry import host_streams, path_shaped
 from pidispatch.common.runtime import every
 from pidispatch.common.streams import Entry, ack
-from pidispatch.worker.context import Context, Held, hash_fields
+from pidispatch.worker.context import Held, WorkerContext, hash_fields
 from pidispatch.worker.runner import OPERATOR_CANCEL
 
 SlotKey = tuple[str, str]
@@ -41,7 +41,7 @@ def claimed_entries(reply: object) -> list[tuple[str, Mapping[object, object] | 
 
 class Upkeep:
     def __init__(
-        self, ctx: Context, streams: list[str], slots: Mapping[SlotKey, Held], stop: asyncio.Event
+        self, ctx: WorkerContext, streams: list[str], slots: Mapping[SlotKey, Held], stop: asyncio.Event
     ) -> None:
         self.ctx, self.streams, self.slots, self.stop = ctx, streams, slots, stop
         self.started_ms = ctx.clock()

@@ -50,7 +50,7 @@ def is_self(subset: AzureSubset, self_ids: SelfIds) -> bool:
     return (guid is not None and guid == self_guid) or (email is not None and email == self_email)
 
 
-class Context(msgspec.Struct, frozen=True, kw_only=True):
+class AzureMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     subset: AzureSubset
     group: ForgeGroup
     known_flows: frozenset[str]
@@ -76,8 +76,10 @@ def decide(
     if authorized is not True:
         return Drop("author-not-allowed")
     sender = guid if guid is not None else stable_actor_id(email or "")
-    ctx = Context(subset=subset, group=rules.azure, known_flows=rules.known_flows, delivery=delivery,
-                  sender=sender, trace=trace)
+    ctx = AzureMatchContext(
+        subset=subset, group=rules.azure, known_flows=rules.known_flows, delivery=delivery, sender=sender,
+        trace=trace,
+    )
     event = subset.event_type if isinstance(subset.event_type, str) else ""
     if event == "workitem.commented":
         return comment_route(ctx, "issue")
@@ -91,7 +93,7 @@ def decide(
 
 
 def _fire(
-    ctx: Context, index: int, run: RunSpec, target: Target, matched: Matched, action: str, *,
+    ctx: AzureMatchContext, index: int, run: RunSpec, target: Target, matched: Matched, action: str, *,
     flow: str | None = None, comment_data: dict[str, Any] | None = None,
 ) -> Decision:
     """The scope is ``<project>/<repository>`` without the organisation (one per deployment): the
@@ -114,7 +116,7 @@ def _fire(
     return Fire(job, index)
 
 
-def _target(ctx: Context, type_: str) -> Target | None:
+def _target(ctx: AzureMatchContext, type_: str) -> Target | None:
     s = ctx.subset
     if not is_int(s.number):
         return None
@@ -124,7 +126,7 @@ def _target(ctx: Context, type_: str) -> Target | None:
     return Target(type=type_, number=s.number, title=s.title, body=s.body)
 
 
-def tag_route(ctx: Context, event: str) -> Decision:
+def tag_route(ctx: AzureMatchContext, event: str) -> Decision:
     ctx.trace.route("work-item-tags", "label")
     s = ctx.subset
     if event == "workitem.updated":
@@ -147,7 +149,7 @@ def tag_route(ctx: Context, event: str) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched, action)
 
 
-def comment_route(ctx: Context, type_: str) -> Decision:
+def comment_route(ctx: AzureMatchContext, type_: str) -> Decision:
     ctx.trace.route("comment", "comment")
     rule = ctx.group.comment
     body = ctx.subset.comment
@@ -166,7 +168,7 @@ def comment_route(ctx: Context, type_: str) -> Decision:
                  comment_data={"body": body})
 
 
-def pull_request(ctx: Context, action: str) -> Decision:
+def pull_request(ctx: AzureMatchContext, action: str) -> Decision:
     """Azure puts no labels on a pull request (a predicate is refused at load): the action selects."""
     ctx.trace.route("pull-request", "pull_request")
     for rule in ctx.group.pull_request:

@@ -23,7 +23,7 @@ from pidispatch.router.match.close import find_close_rule
 from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate, present
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
-from pidispatch.router.subsets.forgejo import ForgejoSubset, PullRequestSubset
+from pidispatch.router.subsets.forgejo import ForgejoPullRequestSubset, ForgejoSubset
 
 KIND = "forgejo"
 CLOSE_WORD = "closed"
@@ -67,7 +67,7 @@ def is_recognized(raw: str) -> bool:
     return raw in IGNORED_ACTIONS or raw in PR_ACTIONS
 
 
-class Context(msgspec.Struct, frozen=True, kw_only=True):
+class ForgejoMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     event: str
     raw: str
     subset: ForgejoSubset
@@ -92,8 +92,10 @@ def decide(
         return refused
     raw = subset.action if isinstance(subset.action, str) else ""
     event = canonical_event(event_name, subset)
-    ctx = Context(event=event, raw=raw, subset=subset, group=rules.forgejo, known_flows=rules.known_flows,
-                  delivery=delivery, authorized=authorized, trace=trace)
+    ctx = ForgejoMatchContext(
+        event=event, raw=raw, subset=subset, group=rules.forgejo, known_flows=rules.known_flows,
+        delivery=delivery, authorized=authorized, trace=trace,
+    )
     unactionable = Drop("action-not-actionable" if is_recognized(raw) else "unhandled-event")
     if event == "issue_comment":
         # Outside the tables: a comment's `created` is the same word everywhere.
@@ -113,8 +115,8 @@ def decide(
 
 
 def _fire(
-    ctx: Context, index: int, run: RunSpec, target: Target, matched: Matched, *, flow: str | None = None,
-    comment_data: dict[str, Any] | None = None,
+    ctx: ForgejoMatchContext, index: int, run: RunSpec, target: Target, matched: Matched, *,
+    flow: str | None = None, comment_data: dict[str, Any] | None = None,
 ) -> Decision:
     repo = ctx.subset.repository
     if not repo:
@@ -127,14 +129,14 @@ def _fire(
     return Fire(job, index)
 
 
-def _issue_target(ctx: Context, type_: str = "issue") -> Target | None:
+def _issue_target(ctx: ForgejoMatchContext, type_: str = "issue") -> Target | None:
     issue = ctx.subset.issue
     if issue is None or not is_int(issue.number):
         return None
     return Target(type=type_, number=issue.number, title=issue.title, body=issue.body)
 
 
-def _pr_target(pr: PullRequestSubset) -> Target:
+def _pr_target(pr: ForgejoPullRequestSubset) -> Target:
     """Unlike GitHub, head.repo stays an object ``{full_name}``."""
     return Target(
         type="pull_request", number=pr.number, title=pr.title, body=pr.body,
@@ -143,7 +145,7 @@ def _pr_target(pr: PullRequestSubset) -> Target:
     )
 
 
-def issue_comment(ctx: Context) -> Decision:
+def issue_comment(ctx: ForgejoMatchContext) -> Decision:
     """No association check: the resolved permission already gated the commenter."""
     ctx.trace.route("comment", "comment")
     rule = ctx.group.comment
@@ -163,7 +165,7 @@ def issue_comment(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched, flow=flow, comment_data={"body": body})
 
 
-def issue_label(ctx: Context) -> Decision:
+def issue_label(ctx: ForgejoMatchContext) -> Decision:
     """The current label set, GitHub's semantics (re-fires on reopen or on an unrelated label)."""
     ctx.trace.route("issue-label", "label")
     labels = frozenset(ctx.subset.issue.labels) if ctx.subset.issue else frozenset()
@@ -177,7 +179,7 @@ def issue_label(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-def pull_request(ctx: Context) -> Decision:
+def pull_request(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("pull-request", "pull_request")
     pr = ctx.subset.pull_request
     if pr is None:
@@ -199,7 +201,7 @@ def pull_request(ctx: Context) -> Decision:
     return Drop("no-matching-pr-trigger")
 
 
-def issue_close(ctx: Context) -> Decision:
+def issue_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
     target = _issue_target(ctx)
     if target is None:
@@ -216,7 +218,7 @@ def issue_close(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-def pr_close(ctx: Context) -> Decision:
+def pr_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("pr-close", "pr_close")
     pr = ctx.subset.pull_request
     if pr is None or not is_int(pr.number):

@@ -26,7 +26,7 @@ from pidispatch.router.match.close import find_close_rule
 from pidispatch.router.match.common import first_label_rule, is_int, present
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
-from pidispatch.router.subsets.github import GitHubSubset, PullRequestSubset, ReviewSubset
+from pidispatch.router.subsets.github import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
 
 __all__ = ["Decision", "Drop", "Fire", "decide", "wants_closer_authority"]
 
@@ -38,7 +38,7 @@ REVIEW_ACTION = "review_submitted"
 CLOSE_WORD = "closed"
 
 
-class Context(msgspec.Struct, frozen=True, kw_only=True):
+class GitHubMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     event: str
     action: str
     subset: GitHubSubset
@@ -49,7 +49,7 @@ class Context(msgspec.Struct, frozen=True, kw_only=True):
     trace: Trace
 
 
-Route = Callable[[Context], Decision]
+Route = Callable[[GitHubMatchContext], Decision]
 
 
 def decide(
@@ -72,7 +72,7 @@ def decide(
     route = ROUTES.get((event_name, action))
     if route is None:
         return Drop("unhandled-event")
-    ctx = Context(
+    ctx = GitHubMatchContext(
         event=event_name, action=action, subset=subset, group=rules.github, known_flows=rules.known_flows,
         delivery=delivery, closer_authorized=closer_authorized, trace=trace,
     )
@@ -102,8 +102,8 @@ def wants_closer_authority(
 
 
 def _fire(
-    ctx: Context, index: int, run: RunSpec, target: Target, matched: Matched, *, flow: str | None = None,
-    comment_data: dict[str, Any] | None = None, review: dict[str, Any] | None = None,
+    ctx: GitHubMatchContext, index: int, run: RunSpec, target: Target, matched: Matched, *,
+    flow: str | None = None, comment_data: dict[str, Any] | None = None, review: dict[str, Any] | None = None,
 ) -> Decision:
     repo = ctx.subset.repository
     if not repo:
@@ -117,7 +117,7 @@ def _fire(
     return Fire(job, index)
 
 
-def issue_label(ctx: Context) -> Decision:
+def issue_label(ctx: GitHubMatchContext) -> Decision:
     """The issue's current labels against the label rules, first match in file order. No author check:
     on GitHub only collaborators can label, so the label is the approval."""
     ctx.trace.route("issue-label", "label")
@@ -133,7 +133,7 @@ def issue_label(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-def issue_comment(ctx: Context) -> Decision:
+def issue_comment(ctx: GitHubMatchContext) -> Decision:
     """Author association is the approval here (no label carries it), checked before the phrase."""
     ctx.trace.route("comment", "comment")
     rule = ctx.group.comment
@@ -162,7 +162,7 @@ def issue_comment(ctx: Context) -> Decision:
                  comment_data={"body": body, "author_association": association})
 
 
-def _pr_target(pr: PullRequestSubset) -> Target:
+def _pr_target(pr: GitHubPullRequestSubset) -> Target:
     """head/base are fork data for event.json, never a clone ref; head.repo is the full name string."""
     return Target(
         type="pull_request", number=pr.number, title=pr.title, body=pr.body,
@@ -178,7 +178,7 @@ def _empty_commented(review: ReviewSubset) -> bool:
     return state.lower() == "commented" and not (review.body or "").strip()
 
 
-def _pull_request(ctx: Context, action: str) -> Decision:
+def _pull_request(ctx: GitHubMatchContext, action: str) -> Decision:
     ctx.trace.route("pull-request", "pull_request")
     pr = ctx.subset.pull_request
     if pr is None:
@@ -229,16 +229,16 @@ def _pull_request(ctx: Context, action: str) -> Decision:
     return Drop("no-matching-pr-trigger")
 
 
-def pull_request(ctx: Context) -> Decision:
+def pull_request(ctx: GitHubMatchContext) -> Decision:
     return _pull_request(ctx, ctx.action)
 
 
-def pull_request_review(ctx: Context) -> Decision:
+def pull_request_review(ctx: GitHubMatchContext) -> Decision:
     """A second event on the same route, under the canonical word triggers.json spells."""
     return _pull_request(ctx, REVIEW_ACTION)
 
 
-def issue_close(ctx: Context) -> Decision:
+def issue_close(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
     issue = ctx.subset.issue
     if issue is None or not is_int(issue.number):
@@ -257,7 +257,7 @@ def issue_close(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-def pr_close(ctx: Context) -> Decision:
+def pr_close(ctx: GitHubMatchContext) -> Decision:
     """Merged pull requests arrive as `closed`, so they fire close rules too."""
     ctx.trace.route("pr-close", "pr_close")
     pr = ctx.subset.pull_request

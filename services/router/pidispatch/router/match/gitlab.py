@@ -29,7 +29,7 @@ CLOSE_WORD = "close"  # GitLab really says "close"
 MR_ACTIONS = frozenset({"open", "update", "reopen", "approved"})
 
 
-class Context(msgspec.Struct, frozen=True, kw_only=True):
+class GitLabMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     action: Any
     subset: GitLabSubset
@@ -52,8 +52,10 @@ def decide(
     if (refused := numeric_sender_gate(subset.user_id, self_id, authorized)) is not None:
         return refused
     kind = subset.object_kind if isinstance(subset.object_kind, str) else ""
-    ctx = Context(kind=kind, action=subset.action, subset=subset, group=rules.gitlab,
-                  known_flows=rules.known_flows, delivery=delivery, authorized=authorized, trace=trace)
+    ctx = GitLabMatchContext(
+        kind=kind, action=subset.action, subset=subset, group=rules.gitlab, known_flows=rules.known_flows,
+        delivery=delivery, authorized=authorized, trace=trace,
+    )
     if kind == "issue":
         if subset.action != CLOSE_WORD:
             return label_route(ctx)
@@ -82,7 +84,7 @@ def added_labels(subset: GitLabSubset) -> frozenset[str] | None:
     return frozenset(changes.current).difference(changes.previous) or None
 
 
-def _target(ctx: Context, type_: str) -> Target | None:
+def _target(ctx: GitLabMatchContext, type_: str) -> Target | None:
     t = ctx.subset.target
     if not is_int(t.iid):
         return None
@@ -90,8 +92,8 @@ def _target(ctx: Context, type_: str) -> Target | None:
 
 
 def _fire(
-    ctx: Context, index: int, run: RunSpec, target: Target, matched: Matched, *, flow: str | None = None,
-    comment_data: dict[str, Any] | None = None,
+    ctx: GitLabMatchContext, index: int, run: RunSpec, target: Target, matched: Matched, *,
+    flow: str | None = None, comment_data: dict[str, Any] | None = None,
 ) -> Decision:
     repo = ctx.subset.project_path
     if not repo:
@@ -107,7 +109,7 @@ def _fire(
     return Fire(job, index)
 
 
-def label_route(ctx: Context) -> Decision:
+def label_route(ctx: GitLabMatchContext) -> Decision:
     ctx.trace.route("issue-label", "label")
     added = added_labels(ctx.subset)
     if added is None:
@@ -122,7 +124,7 @@ def label_route(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-def merge_request(ctx: Context) -> Decision:
+def merge_request(ctx: GitLabMatchContext) -> Decision:
     """A rule with a positive selector needs added labels matching it; one without fires on its
     actions alone (safe only because the access gate already ran). ``update`` covers pushes and every
     other edit alike."""
@@ -153,7 +155,7 @@ def merge_request(ctx: Context) -> Decision:
     return Drop("no-matching-pr-trigger")
 
 
-def note(ctx: Context) -> Decision:
+def note(ctx: GitLabMatchContext) -> Decision:
     ctx.trace.route("note", "comment")
     if ctx.action != "create":
         return Drop("unhandled-event")
@@ -174,7 +176,7 @@ def note(ctx: Context) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched, flow=flow, comment_data={"body": body})
 
 
-def _close(ctx: Context, rules: Iterable[CloseRule], type_: str, missing: str) -> Decision:
+def _close(ctx: GitLabMatchContext, rules: Iterable[CloseRule], type_: str, missing: str) -> Decision:
     target = _target(ctx, type_)
     if target is None:
         return Drop(missing)
@@ -191,12 +193,12 @@ def _close(ctx: Context, rules: Iterable[CloseRule], type_: str, missing: str) -
     return _fire(ctx, rule.index, rule.run, target, matched)
 
 
-def issue_close(ctx: Context) -> Decision:
+def issue_close(ctx: GitLabMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
     return _close(ctx, ctx.group.issue, "issue", "missing-issue-number")
 
 
-def mr_close(ctx: Context) -> Decision:
+def mr_close(ctx: GitLabMatchContext) -> Decision:
     """Only an explicit close fires; GitLab's own ``merge`` action never does."""
     ctx.trace.route("merge-request-close", "pr_close")
     return _close(ctx, ctx.group.pr_close, "pull_request", "missing-pull-request")

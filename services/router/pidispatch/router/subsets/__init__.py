@@ -38,7 +38,7 @@ def text(value: Any) -> str | None:
 
 
 # Shapes GitHub sends and Gitea/Forgejo mirror. ``login`` is read only for the permission lookup.
-class Sender(msgspec.Struct):
+class PayloadSender(msgspec.Struct):
     id: Any = None
     login: str | None = None
 
@@ -51,7 +51,7 @@ class HeadRepo(msgspec.Struct):
     full_name: str | None = None
 
 
-class Head(msgspec.Struct):
+class PullRequestHead(msgspec.Struct):
     ref: str | None = None
     sha: str | None = None
     repo: HeadRepo | None = None

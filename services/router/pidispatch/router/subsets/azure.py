@@ -73,7 +73,7 @@ class _Repository(msgspec.Struct):
     project: _RepoProject | None = None
 
 
-class _PullRequest(msgspec.Struct, rename="camel"):
+class _AzurePullRequest(msgspec.Struct, rename="camel"):
     pull_request_id: Any = None
     title: str | None = None
     description: str | None = None
@@ -87,7 +87,7 @@ class _PrComment(msgspec.Struct):
 
 
 class _PrCommentResource(msgspec.Struct, rename="camel"):
-    pull_request: _PullRequest | None = None
+    pull_request: _AzurePullRequest | None = None
     comment: _PrComment | None = None
     repository: _Repository | None = None
 
@@ -95,7 +95,7 @@ class _PrCommentResource(msgspec.Struct, rename="camel"):
 _envelope = msgspec.json.Decoder(_Envelope)
 _probe = msgspec.json.Decoder(_ActorProbe | None)
 _work_item = msgspec.json.Decoder(_WorkItem | None)
-_pull_request = msgspec.json.Decoder(_PullRequest | None)
+_pull_request = msgspec.json.Decoder(_AzurePullRequest | None)
 _pr_comment = msgspec.json.Decoder(_PrCommentResource | None)
 
 
@@ -173,11 +173,11 @@ def _pull_request_subset(base: AzureSubset, raw: msgspec.Raw, container: Any) ->
     comment: Any = None
     if base.event_type == PR_COMMENT_EVENT:
         res = _resource(_pr_comment, raw) or _PrCommentResource()
-        pr = res.pull_request or _PullRequest()
+        pr = res.pull_request or _AzurePullRequest()
         repo = pr.repository or res.repository or _Repository()
         comment = res.comment.content if res.comment else None
     else:
-        pr = _resource(_pull_request, raw) or _PullRequest()
+        pr = _resource(_pull_request, raw) or _AzurePullRequest()
         repo = pr.repository or _Repository()
     repo_project = repo.project or _RepoProject()
     return msgspec.structs.replace(

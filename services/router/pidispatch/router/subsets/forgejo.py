@@ -12,50 +12,50 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.router.subsets import Base, Head, Repository, Sender, decode, label_names
+from pidispatch.router.subsets import Base, PayloadSender, PullRequestHead, Repository, decode, label_names
 
 
-class _Issue(msgspec.Struct):
+class _ForgejoIssue(msgspec.Struct):
     number: Any = None
     title: str | None = None
     body: str | None = None
     labels: Any = None
 
 
-class _Comment(msgspec.Struct):
+class _ForgejoComment(msgspec.Struct):
     body: str | None = None
 
 
-class _PullRequest(msgspec.Struct):
+class _ForgejoPullRequest(msgspec.Struct):
     number: Any = None
     title: str | None = None
     body: str | None = None
     labels: Any = None
-    head: Head | None = None
+    head: PullRequestHead | None = None
     base: Base | None = None
 
 
-class _Payload(msgspec.Struct):
+class _ForgejoPayload(msgspec.Struct):
     action: Any = None
-    sender: Sender | None = None
+    sender: PayloadSender | None = None
     repository: Repository | None = None
-    issue: _Issue | None = None
-    comment: _Comment | None = None
+    issue: _ForgejoIssue | None = None
+    comment: _ForgejoComment | None = None
     is_pull: Any = None
-    pull_request: _PullRequest | None = None
+    pull_request: _ForgejoPullRequest | None = None
 
 
-_decoder = msgspec.json.Decoder(_Payload)
+_decoder = msgspec.json.Decoder(_ForgejoPayload)
 
 
-class IssueSubset(msgspec.Struct, frozen=True, kw_only=True):
+class ForgejoIssueSubset(msgspec.Struct, frozen=True, kw_only=True):
     number: Any
     title: str | None
     body: str | None
     labels: tuple[str, ...]
 
 
-class PullRequestSubset(msgspec.Struct, frozen=True, kw_only=True):
+class ForgejoPullRequestSubset(msgspec.Struct, frozen=True, kw_only=True):
     number: Any
     title: str | None
     body: str | None
@@ -72,11 +72,11 @@ class ForgejoSubset(msgspec.Struct, frozen=True, kw_only=True):
     # Only for the permission lookup; never logged, never enqueued.
     sender_login: str | None = None
     repository: str | None = None
-    issue: IssueSubset | None = None
+    issue: ForgejoIssueSubset | None = None
     comment_body: str | None = None
     # Whether an issue comment is on a pull request: only the literal ``true`` counts.
     is_pull: bool = False
-    pull_request: PullRequestSubset | None = None
+    pull_request: ForgejoPullRequestSubset | None = None
     # Whether the body has a ``comment`` object: tells a PR comment from a review under one event name.
     has_comment: bool = False
 
@@ -91,7 +91,7 @@ def project(body: str | bytes) -> ForgejoSubset:
         sender_id=p.sender.id if p.sender else None,
         sender_login=p.sender.login if p.sender else None,
         repository=p.repository.full_name if p.repository else None,
-        issue=IssueSubset(number=issue.number, title=issue.title, body=issue.body,
+        issue=ForgejoIssueSubset(number=issue.number, title=issue.title, body=issue.body,
                           labels=label_names(issue.labels)) if issue else None,
         comment_body=p.comment.body if p.comment else None,
         is_pull=p.is_pull is True,
@@ -100,9 +100,9 @@ def project(body: str | bytes) -> ForgejoSubset:
     )
 
 
-def _pull_request(pr: _PullRequest) -> PullRequestSubset:
-    head = pr.head or Head()
-    return PullRequestSubset(
+def _pull_request(pr: _ForgejoPullRequest) -> ForgejoPullRequestSubset:
+    head = pr.head or PullRequestHead()
+    return ForgejoPullRequestSubset(
         number=pr.number, title=pr.title, body=pr.body, labels=label_names(pr.labels),
         head_ref=head.ref, head_sha=head.sha, head_repo=head.repo.full_name if head.repo else None,
         base_ref=pr.base.ref if pr.base else None,

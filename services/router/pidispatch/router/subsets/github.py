@@ -11,13 +11,21 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.router.subsets import Base, Head, MalformedPayload, Repository, Sender, decode, label_names
+from pidispatch.router.subsets import (
+    Base,
+    MalformedPayload,
+    PayloadSender,
+    PullRequestHead,
+    Repository,
+    decode,
+    label_names,
+)
 
 __all__ = ["GitHubSubset", "MalformedPayload", "label_names", "project"]
 
 # Wire shapes: fields the filter judges are ``Any``; fields only copied into a job are typed, so a job
 # never carries a value the worker could not decode.
-class _Issue(msgspec.Struct):
+class _GitHubIssue(msgspec.Struct):
     number: Any = None
     title: str | None = None
     body: str | None = None
@@ -25,18 +33,18 @@ class _Issue(msgspec.Struct):
     pull_request: Any = None
 
 
-class _Comment(msgspec.Struct):
+class _GitHubComment(msgspec.Struct):
     body: str | None = None
     author_association: str | None = None
 
 
-class _PullRequest(msgspec.Struct):
+class _GitHubPullRequest(msgspec.Struct):
     number: Any = None
     title: str | None = None
     body: str | None = None
     author_association: str | None = None
     labels: Any = None
-    head: Head | None = None
+    head: PullRequestHead | None = None
     base: Base | None = None
 
 
@@ -47,21 +55,21 @@ class _Review(msgspec.Struct):
     author_association: str | None = None
 
 
-class _Payload(msgspec.Struct):
+class _GitHubPayload(msgspec.Struct):
     action: str | None = None
-    sender: Sender | None = None
+    sender: PayloadSender | None = None
     repository: Repository | None = None
-    issue: _Issue | None = None
-    comment: _Comment | None = None
-    pull_request: _PullRequest | None = None
+    issue: _GitHubIssue | None = None
+    comment: _GitHubComment | None = None
+    pull_request: _GitHubPullRequest | None = None
     review: _Review | None = None
 
 
-_decoder = msgspec.json.Decoder(_Payload)
+_decoder = msgspec.json.Decoder(_GitHubPayload)
 
 
 # The projected subset.
-class IssueSubset(msgspec.Struct, frozen=True, kw_only=True):
+class GitHubIssueSubset(msgspec.Struct, frozen=True, kw_only=True):
     number: Any
     title: str | None
     body: str | None
@@ -74,7 +82,7 @@ class CommentSubset(msgspec.Struct, frozen=True, kw_only=True):
     author_association: str | None
 
 
-class PullRequestSubset(msgspec.Struct, frozen=True, kw_only=True):
+class GitHubPullRequestSubset(msgspec.Struct, frozen=True, kw_only=True):
     number: Any
     title: str | None
     body: str | None
@@ -102,9 +110,9 @@ class GitHubSubset(msgspec.Struct, frozen=True, kw_only=True):
     # Only for the closer permission lookup (issue #4); never logged, never enqueued.
     sender_login: str | None = None
     repository: str | None = None
-    issue: IssueSubset | None = None
+    issue: GitHubIssueSubset | None = None
     comment: CommentSubset | None = None
-    pull_request: PullRequestSubset | None = None
+    pull_request: GitHubPullRequestSubset | None = None
     review: ReviewSubset | None = None
 
 
@@ -125,20 +133,20 @@ def project(body: str | bytes) -> GitHubSubset:
     )
 
 
-def _issue(i: _Issue | None) -> IssueSubset | None:
+def _issue(i: _GitHubIssue | None) -> GitHubIssueSubset | None:
     if i is None:
         return None
-    return IssueSubset(
+    return GitHubIssueSubset(
         number=i.number, title=i.title, body=i.body, labels=label_names(i.labels),
         is_pull_request=i.pull_request is not None,
     )
 
 
-def _pull_request(pr: _PullRequest | None) -> PullRequestSubset | None:
+def _pull_request(pr: _GitHubPullRequest | None) -> GitHubPullRequestSubset | None:
     if pr is None:
         return None
-    head = pr.head or Head()
-    return PullRequestSubset(
+    head = pr.head or PullRequestHead()
+    return GitHubPullRequestSubset(
         number=pr.number, title=pr.title, body=pr.body, author_association=pr.author_association,
         labels=label_names(pr.labels), has_head=pr.head is not None, head_ref=head.ref, head_sha=head.sha,
         head_repo=head.repo.full_name if head.repo else None, has_base=pr.base is not None,

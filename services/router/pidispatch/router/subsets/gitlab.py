@@ -48,7 +48,7 @@ class _Changes(msgspec.Struct):
     labels: _LabelChanges | None = None
 
 
-class _Payload(msgspec.Struct):
+class _GitLabPayload(msgspec.Struct):
     object_kind: Any = None
     user: _User | None = None
     project: _Project | None = None
@@ -58,10 +58,10 @@ class _Payload(msgspec.Struct):
     changes: _Changes | None = None
 
 
-_decoder = msgspec.json.Decoder(_Payload)
+_decoder = msgspec.json.Decoder(_GitLabPayload)
 
 
-class Target(msgspec.Struct, frozen=True, kw_only=True):
+class GitLabTarget(msgspec.Struct, frozen=True, kw_only=True):
     iid: Any
     title: str | None
     description: str | None
@@ -82,7 +82,7 @@ class GitLabSubset(msgspec.Struct, frozen=True, kw_only=True):
     project_id: Any = None
     project_path: str | None = None
     default_branch: Any = None
-    target: Target
+    target: GitLabTarget
     note: str | None = None
     noteable_type: Any = None
     labels: tuple[str, ...] = ()
@@ -117,11 +117,11 @@ def project(body: str | bytes) -> GitLabSubset:
     )
 
 
-def _target(p: _Payload, oa: _Item) -> Target:
+def _target(p: _GitLabPayload, oa: _Item) -> GitLabTarget:
     """A note's target is its noteable (the merge request or the issue); otherwise the object itself."""
     item = oa
     if p.object_kind == "note":
         item = (p.merge_request if oa.noteable_type == "MergeRequest" else p.issue) or _Item()
-    return Target(
+    return GitLabTarget(
         iid=item.iid, title=item.title, description=item.description, labels=label_names(item.labels, "title")
     )
