@@ -70,8 +70,11 @@ async def test_worker_runs_job_in_isolated_container_and_records_completed(
 
         # The agent writes before it sleeps: the file is there while the container still runs.
         marker = Path(mounts["/workspace"]["Source"]) / "agent-was-here"
-        await wait_for(marker.exists, 10, what="the agent's marker file")
-        assert marker.read_text().strip() == "1000"
+        # The agent creates the file, then writes it: wait for its content, not only for the name.
+        written = await wait_for(
+            lambda: marker.exists() and marker.read_text().strip(), 10, what="the agent's marker file"
+        )
+        assert written == "1000"
         assert marker.stat().st_uid == 1000
         # The hash says "running" once the worker has seen the start succeed (just after the agent began).
         st = await wait_for(
