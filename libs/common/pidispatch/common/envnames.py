@@ -6,13 +6,10 @@ builds the closed allowlist and refuses a forwarded or resolved name that would 
 
 from __future__ import annotations
 
+from pidispatch.common.forgeinfo import FORGES
+
 # Where a job's minted forge token goes: every one of its forge's variables, never another forge's.
-FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {
-    "github": ("GITHUB_TOKEN", "GH_TOKEN"),
-    "gitlab": ("GITLAB_TOKEN", "GL_TOKEN"),
-    "forgejo": ("FORGEJO_TOKEN", "GITEA_SERVER_TOKEN"),
-    "azure": ("AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN"),
-}
+FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {f.name: f.token_vars for f in FORGES}
 FORGE_HOST_VARS = ("GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL")
 EGRESS_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")
 # Deleted from every container env last: a runner-internal name set from outside would steer the runner.

@@ -18,6 +18,7 @@ import msgspec
 import yarl
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.forgeinfo import FORGES
 from pidispatch.common.secret import Secret
 
 GITHUB_API_DEFAULT = "https://api.github.com"
@@ -86,12 +87,7 @@ class AzureForge(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # What an operator sets to give each forge credentials (named in refusals).
-FORGE_VARIABLES = {
-    "github": "GITHUB_AUTH_SOURCE (gh, pat or app) and its credentials",
-    "gitlab": "GITLAB_TOKEN (and GITLAB_URL for a self-hosted instance)",
-    "forgejo": "FORGEJO_URL and FORGEJO_TOKEN",
-    "azure": "AZURE_ORG_URL and AZURE_TOKEN",
-}
+FORGE_VARIABLES = {f.name: f.credentials_hint for f in FORGES}
 
 
 class ForgeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,9 +98,8 @@ class ForgeConfig(msgspec.Struct, frozen=True, kw_only=True):
     identity_retry_s: int = IDENTITY_RETRY_DEFAULT_S
 
     def configured_forges(self) -> tuple[str, ...]:
-        blocks = (("github", self.github), ("gitlab", self.gitlab), ("forgejo", self.forgejo),
-                  ("azure", self.azure))
-        return tuple(name for name, block in blocks if block.configured)
+        # Each forge's block is the field named after it.
+        return tuple(f.name for f in FORGES if getattr(self, f.name).configured)
 
     def require(self, forge: str) -> None:
         """Refuse to start when rules need ``forge`` but it has no credentials to ask it with."""

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.common import forgeinfo
+
 Fields = dict[str, str]
 
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -208,5 +210,6 @@ def record_target(job: Job) -> str | None:
         return job.repo if job.repo.startswith("local:") else f"local:{job.repo}"
     if job.target is None:
         return None
-    sep = "!" if job.target.type == "pull_request" and job.kind in ("gitlab", "azure") else "#"
+    forge = forgeinfo.find(job.kind)
+    sep = "!" if job.target.type == "pull_request" and forge is not None and forge.bang_pr else "#"
     return f"{job.repo}{sep}{job.target.number}"

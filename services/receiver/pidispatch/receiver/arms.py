@@ -15,6 +15,7 @@ from typing import NamedTuple, Protocol
 
 from multidict import istr
 
+from pidispatch.common import forgeinfo
 from pidispatch.receiver.config import AzureConfig, ForgejoConfig, GitHubConfig, GitLabConfig, ReceiverConfig
 from pidispatch.receiver.refusals import (
     AZURE_MISSING_DELIVERY_ID,
@@ -41,9 +42,9 @@ from pidispatch.receiver.verify import (
 )
 
 # Paths with their own forge; every other path falls through to GitHub, so "/" and "/github" reach it.
-FORGE_PATHS: Mapping[str, str] = {"/gitlab": "gitlab", "/forgejo": "forgejo", "/azure": "azure"}
-FALLTHROUGH_FORGE = "github"
-FORGES = ("github", "gitlab", "forgejo", "azure")
+FORGE_PATHS: Mapping[str, str] = {f.path: f.name for f in forgeinfo.FORGES if not f.fallthrough}
+FALLTHROUGH_FORGE = forgeinfo.fallthrough().name
+FORGES = forgeinfo.names()
 
 # What each forge stores; every other event answers 204 unstored (the router could never act on it).
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review"})

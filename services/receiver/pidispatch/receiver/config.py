@@ -17,6 +17,7 @@ from typing import Literal
 
 import msgspec
 
+from pidispatch.common import forgeinfo
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import SPOOL_MAX_BYTES_DEFAULT
 from pidispatch.common.secret import Secret
@@ -54,7 +55,8 @@ class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
     azure: AzureConfig | None = None
 
     def forges(self) -> list[str]:
-        return [name for name in ("github", "gitlab", "forgejo", "azure") if getattr(self, name) is not None]
+        # Each forge's block is the field named after it.
+        return [name for name in forgeinfo.names() if getattr(self, name) is not None]
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:

@@ -23,6 +23,7 @@ from urllib.parse import quote
 import aiohttp
 import yarl
 
+from pidispatch.common.forgeinfo import FORGES
 from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, api_headers
 from pidispatch.common.log import get_logger
@@ -46,12 +47,7 @@ GITLAB_DEVELOPER = 30
 AZURE_API_VERSION = "7.1-preview.1"
 AZURE_MAX_USER_PAGES = 20
 # Log event per forge when its lookup cannot be answered.
-FAILED_EVENT = {
-    "github": "github_permission_lookup_failed",
-    "gitlab": "gitlab_access_lookup_failed",
-    "forgejo": "forgejo_permission_lookup_failed",
-    "azure": "azure_membership_lookup_failed",
-}
+FAILED_EVENT = {f.name: f.lookup_failed_event for f in FORGES}
 
 
 

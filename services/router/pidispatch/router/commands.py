@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from pidispatch.common import forgeinfo
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.forges import ForgeConfig, create_http, load_forge_config
@@ -34,7 +35,7 @@ from pidispatch.router.triggers import load_triggers
 from pidispatch.router.watch import watch_triggers
 
 # Forges whose every firing delivery needs a lookup; GitHub needs one only for close rules.
-_LOOKUP_ALWAYS = ("gitlab", "forgejo", "azure")
+_LOOKUP_ALWAYS = tuple(f.name for f in forgeinfo.FORGES if f.lookup_always)
 
 
 def require_credentials(rules: Rules, config: ForgeConfig) -> None:
@@ -63,7 +64,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     try:
         github_auth = GithubAuth(forges, http) if forges.github.configured else None
         self_ids = await resolve_self_ids(forges, github_auth, http)
-        for forge in ("github", "gitlab", "forgejo", "azure"):
+        for forge in forgeinfo.names():
             if forge not in forges.configured_forges():
                 # No credentials: the harness cannot author events there, so no identity is needed.
                 get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")

@@ -31,6 +31,7 @@ import aiohttp
 import yarl
 
 from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.common.forgeinfo import FORGES
 from pidispatch.common.forges import BadBody, ForgeConfig, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
 from pidispatch.common.log import get_logger
@@ -45,12 +46,7 @@ ATTEMPT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 10.0
 AZURE_API_VERSION = "7.1-preview.1"
 # Named in refusals: what the operator can check, or set to skip the lookup.
-VARIABLES = {
-    "github": "GITHUB_AUTH_SOURCE and its credentials (or set GITHUB_SELF_ID)",
-    "gitlab": "GITLAB_URL and GITLAB_TOKEN (or set GITLAB_SELF_ID)",
-    "forgejo": "FORGEJO_URL and FORGEJO_TOKEN (or set FORGEJO_BOT_ID)",
-    "azure": "AZURE_ORG_URL and AZURE_TOKEN (or set AZURE_SELF_ID / AZURE_SELF_EMAIL)",
-}
+VARIABLES = {f.name: f.identity_hint for f in FORGES}
 
 
 class _Transient(Exception):

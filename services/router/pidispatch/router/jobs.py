@@ -6,12 +6,13 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.common.forgeinfo import FORGES
 from pidispatch.common.models import Job, Target, Trigger
 from pidispatch.router.rules import RunSpec
 
-JOB_ID_PREFIX = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azure": "az-"}
+JOB_ID_PREFIX = {f.name: f.job_id_prefix for f in FORGES}
 # Forges whose pull requests number apart from issues, so a PR key needs its own separator.
-_BANG_PR_KINDS = frozenset({"gitlab", "azure"})
+_BANG_PR_KINDS = frozenset(f.name for f in FORGES if f.bang_pr)
 _CLOSE_ACTIONS = frozenset({"closed", "close"})
 
 

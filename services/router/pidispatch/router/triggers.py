@@ -14,7 +14,9 @@ import stat
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from pidispatch.common import forgeinfo
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.forgeinfo import FORGES
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.refusal import ID_RE, TriggerEntry, TriggerRefusal, integer, nonblank, trim
 from pidispatch.router.rules import (
@@ -36,26 +38,19 @@ __all__ = [
 ]
 
 ON_TYPES = ("cron", "label", "comment", "pull_request", "issue")
-FORGE_KINDS = ("github", "gitlab", "forgejo", "azure")
+FORGE_KINDS = forgeinfo.names()
 RUN_KINDS = ("local", *FORGE_KINDS)
 # A rules file is a few KiB; the cap bounds what a mistaken path (a log, an image) can cost to read.
 TRIGGERS_MAX_BYTES = 1024 * 1024
 SELECTORS = ("any", "all", "none")
 
 # Each forge's own action words: a word from another forge would load and never fire.
-PR_ACTIONS: dict[str, frozenset[str]] = {
-    "github": frozenset({"labeled", "opened", "synchronize", "reopened", "review_submitted", "closed"}),
-    "gitlab": frozenset({"open", "update", "reopen", "approved", "close"}),
-    "forgejo": frozenset({"label_updated", "opened", "synchronized", "reopened", "closed"}),
-    "azure": frozenset({"created", "updated"}),
-}
-PR_CLOSE_WORD = {"github": "closed", "gitlab": "close", "forgejo": "closed"}
+PR_ACTIONS: dict[str, frozenset[str]] = {f.name: f.pr_actions for f in FORGES}
+PR_CLOSE_WORD = {f.name: f.pr_close_word for f in FORGES if f.pr_close_word is not None}
 # The action that means "a label was added"; there the label is the approval, so it needs a positive one.
-PR_LABEL_ACTION = {"github": "labeled", "forgejo": "label_updated"}
+PR_LABEL_ACTION = {f.name: f.pr_label_action for f in FORGES if f.pr_label_action is not None}
 ISSUE_ACTIONS: dict[str, frozenset[str]] = {
-    "github": frozenset({"closed"}),
-    "gitlab": frozenset({"close"}),
-    "forgejo": frozenset({"closed"}),
+    f.name: f.issue_actions for f in FORGES if f.issue_actions is not None
 }
 REVIEW_ACTION = "review_submitted"
 REVIEW_STATES = ("approved", "changes_requested", "commented")

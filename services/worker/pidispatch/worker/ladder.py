@@ -15,6 +15,7 @@ import os
 from redis.exceptions import RedisError
 
 from pidispatch.common.faults import crash_point
+from pidispatch.common.forgeinfo import FORGES
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.worker import budget
@@ -34,9 +35,7 @@ from pidispatch.worker.workspace import prepare_workspace, remove_workspace
 
 NEVER_STARTED = "container-never-started"
 # The user name git offers with a token as the password (GitHub and GitLab require these exact ones).
-GIT_USERNAMES = {
-    "github": "x-access-token", "gitlab": "oauth2", "forgejo": "pi-dispatch", "azure": "pi-dispatch",
-}
+GIT_USERNAMES = {f.name: f.git_username for f in FORGES}
 
 
 class Spend:

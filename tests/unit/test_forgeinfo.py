@@ -1,0 +1,78 @@
+"""The forge registry: one entry per forge, no two alike where they must differ, and every table and
+config block that is keyed by forge covers every entry (adding a forge cannot leave one behind)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+import pytest
+
+from pidispatch.common import forgeinfo
+from pidispatch.common.envnames import FORGE_TOKEN_VARS, RESERVED_SECRET_NAMES
+from pidispatch.common.forgeinfo import FORGES, by_name, names
+from pidispatch.common.forges import FORGE_VARIABLES, ForgeConfig
+from pidispatch.receiver.arms import FALLTHROUGH_FORGE, FORGE_PATHS
+from pidispatch.receiver.config import ReceiverConfig
+from pidispatch.router import identity, pipeline
+from pidispatch.router.authority import FAILED_EVENT
+from pidispatch.router.jobs import JOB_ID_PREFIX
+from pidispatch.router.rules import Rules
+from pidispatch.router.triggers import FORGE_KINDS, PR_ACTIONS
+from pidispatch.worker.ladder import GIT_USERNAMES
+
+
+def unique(values: list[str]) -> bool:
+    return len(values) == len(set(values))
+
+
+def test_names_order_and_lookup() -> None:
+    assert names() == ("github", "gitlab", "forgejo", "azure")
+    assert all(by_name(f.name) is f for f in FORGES)
+    assert forgeinfo.find("local") is None
+    with pytest.raises(KeyError):
+        by_name("local")
+
+
+def test_what_tells_forges_apart_is_unique() -> None:
+    assert unique([f.name for f in FORGES])
+    assert unique([f.job_id_prefix for f in FORGES])
+    assert unique([f.path for f in FORGES])
+    assert unique([f.display for f in FORGES])
+    assert unique([f.lookup_failed_event for f in FORGES])
+    assert unique([v for f in FORGES for v in f.token_vars])
+    assert [f.name for f in FORGES if f.fallthrough] == [FALLTHROUGH_FORGE]
+
+
+def test_entries_are_well_formed() -> None:
+    for f in FORGES:
+        assert f.path == "/" + f.name
+        assert f.job_id_prefix.endswith("-")
+        assert f.token_vars and f.git_username and f.credentials_hint and f.identity_hint and f.self_id_var
+        assert f.pr_actions
+        # A close or label word the forge's own PR rules would refuse could never fire.
+        assert f.pr_close_word is None or f.pr_close_word in f.pr_actions
+        assert f.pr_label_action is None or f.pr_label_action in f.pr_actions
+        assert set(f.token_vars) <= RESERVED_SECRET_NAMES
+
+
+def test_every_table_covers_every_forge() -> None:
+    every = set(names())
+    tables: list[Mapping[str, object]] = [
+        FORGE_TOKEN_VARS, FORGE_VARIABLES, JOB_ID_PREFIX, GIT_USERNAMES, FAILED_EVENT, identity.VARIABLES,
+        PR_ACTIONS, pipeline.ARMS,
+    ]
+    for table in tables:
+        assert set(table) == every
+    assert names() == FORGE_KINDS
+    assert set(FORGE_PATHS.values()) | {FALLTHROUGH_FORGE} == every
+
+
+def test_every_config_block_is_named_after_its_forge() -> None:
+    # ForgeConfig, ReceiverConfig and Rules are read by getattr(config, forge.name).
+    for struct in (ForgeConfig, ReceiverConfig, Rules):
+        assert every_field(struct) >= set(names())
+
+
+def every_field(struct: type[msgspec.Struct]) -> set[str]:
+    return set(struct.__struct_fields__)
