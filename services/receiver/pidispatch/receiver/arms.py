@@ -136,8 +136,8 @@ def _classify_by_header(
 class GitHubArm:
     """GitHub: ``X-Hub-Signature-256`` HMAC over the raw body, event and delivery from headers."""
 
-    name = "github"
-    path = "/github"
+    name = forgeinfo.GITHUB.name
+    path = forgeinfo.GITHUB.path
     table = GITHUB_TABLE
 
     def __init__(self, config: GitHubConfig) -> None:
@@ -179,8 +179,8 @@ _FORGEJO_IDS = (
 class ForgejoArm:
     """Forgejo/Gitea: GitHub's transport and status rows with Forgejo's own secret and header names."""
 
-    name = "forgejo"
-    path = "/forgejo"
+    name = forgeinfo.FORGEJO.name
+    path = forgeinfo.FORGEJO.path
     table = GITHUB_TABLE
 
     def __init__(self, config: ForgejoConfig) -> None:
@@ -222,8 +222,8 @@ _GITLAB_TOKEN = istr("X-Gitlab-Token")
 class GitLabArm:
     """GitLab: one declared mode, never negotiated from the request; object_kind decides storage."""
 
-    name = "gitlab"
-    path = "/gitlab"
+    name = forgeinfo.GITLAB.name
+    path = forgeinfo.GITLAB.path
     table = GITHUB_TABLE
 
     def __init__(self, config: GitLabConfig) -> None:
@@ -266,8 +266,8 @@ _AUTHORIZATION = istr("Authorization")
 class AzureArm:
     """Azure DevOps: a static credential (Basic or a custom header), the delivery id from the body."""
 
-    name = "azure"
-    path = "/azure"
+    name = forgeinfo.AZURE.name
+    path = forgeinfo.AZURE.path
     table = AZURE_TABLE
 
     def __init__(self, config: AzureConfig) -> None:
@@ -313,11 +313,11 @@ def configure_arms(config: ReceiverConfig) -> dict[str, Arm]:
     """The arms ``config`` describes, by forge name (``load_receiver_config`` refused bad ones)."""
     arms: dict[str, Arm] = {}
     if config.github is not None:
-        arms["github"] = GitHubArm(config.github)
+        arms[GitHubArm.name] = GitHubArm(config.github)
     if config.gitlab is not None:
-        arms["gitlab"] = GitLabArm(config.gitlab)
+        arms[GitLabArm.name] = GitLabArm(config.gitlab)
     if config.forgejo is not None:
-        arms["forgejo"] = ForgejoArm(config.forgejo)
+        arms[ForgejoArm.name] = ForgejoArm(config.forgejo)
     if config.azure is not None:
-        arms["azure"] = AzureArm(config.azure)
+        arms[AzureArm.name] = AzureArm(config.azure)
     return arms

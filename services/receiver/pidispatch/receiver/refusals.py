@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import msgspec
 
+from pidispatch.common import forgeinfo
+
 
 class ReceiverRefusal(NamedTuple):
     status: int
@@ -119,6 +121,6 @@ REASONS = frozenset(
         AZURE_MISSING_CREDENTIAL,
         AZURE_INVALID_CREDENTIAL,
         AZURE_MISSING_DELIVERY_ID,
-        not_configured("github"),
+        *(not_configured(forge) for forge in forgeinfo.names()),
     )
 )

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import aiohttp
 import yarl
 
-from pidispatch.common.forgeinfo import FORGES
+from pidispatch.common.forgeinfo import AZURE, FORGEJO, FORGES, GITHUB, GITLAB
 from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, api_headers
 from pidispatch.common.log import get_logger
@@ -158,13 +158,13 @@ class Authority:
 
     def _route(self, question: Question) -> tuple[str, Callable[[Any], Awaitable[bool]]]:
         if isinstance(question, GithubCloser):
-            return "github", self._github
+            return GITHUB.name, self._github
         if isinstance(question, GitlabMember):
-            return "gitlab", self._gitlab
+            return GITLAB.name, self._gitlab
         if isinstance(question, ForgejoPermission):
-            return "forgejo", self._forgejo
+            return FORGEJO.name, self._forgejo
         if isinstance(question, AzureMembership):
-            return "azure", self._azure
+            return AZURE.name, self._azure
         raise TypeError(f"not a lookup question: {type(question).__name__}")
 
     async def _get(self, url: str | yarl.URL, headers: dict[str, str]) -> Reply:

@@ -46,7 +46,7 @@ def require_credentials(rules: Rules, config: ForgeConfig) -> None:
         if group.label or group.comment or group.pull_request or group.pr_close or group.issue:
             config.require(forge)
     if rules.github.issue or rules.github.pr_close:
-        config.require("github")
+        config.require(forgeinfo.GITHUB.name)
 
 
 async def serve(_args: argparse.Namespace | None = None) -> int:

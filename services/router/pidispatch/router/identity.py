@@ -31,7 +31,7 @@ import aiohttp
 import yarl
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.forgeinfo import FORGES
+from pidispatch.common.forgeinfo import AZURE, FORGEJO, FORGES, GITHUB, GITLAB
 from pidispatch.common.forges import BadBody, ForgeConfig, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
 from pidispatch.common.log import get_logger
@@ -222,10 +222,10 @@ async def resolve_self_ids(
     az = config.azure
     az_explicit = (az.self_id, az.self_email) if az.self_id or az.self_email else None
     specs = [
-        ("github", config.github.self_id, "GITHUB_SELF_ID", config.github.configured, lookup.github),
-        ("gitlab", config.gitlab.self_id, "GITLAB_SELF_ID", config.gitlab.configured, lookup.gitlab),
-        ("forgejo", config.forgejo.bot_id, "FORGEJO_BOT_ID", config.forgejo.configured, lookup.forgejo),
-        ("azure", az_explicit, "AZURE_SELF_ID/AZURE_SELF_EMAIL", az.configured, lookup.azure),
+        (GITHUB.name, config.github.self_id, GITHUB.self_id_var, config.github.configured, lookup.github),
+        (GITLAB.name, config.gitlab.self_id, GITLAB.self_id_var, config.gitlab.configured, lookup.gitlab),
+        (FORGEJO.name, config.forgejo.bot_id, FORGEJO.self_id_var, config.forgejo.configured, lookup.forgejo),
+        (AZURE.name, az_explicit, AZURE.self_id_var, az.configured, lookup.azure),
     ]
     try:
         async with asyncio.TaskGroup() as group:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from pidispatch.common import forgeinfo
 from pidispatch.common.models import Event
 from pidispatch.router import jobs
 from pidispatch.router.decision import Ask, Decision, Drop, Fire
@@ -45,6 +46,8 @@ __all__ = ["Ask", "Drop", "Fire", "MalformedPayload", "explain", "plan", "resume
 class _Arm(Protocol):
     """One forge: its projection, its filter, and what to ask the forge about a delivery."""
 
+    name: str
+
     def project(self, body: str) -> Any: ...
 
     def decide(
@@ -67,6 +70,8 @@ def _text(value: Any) -> str | None:
 
 
 class _GitHub:
+    name = forgeinfo.GITHUB.name
+
     def project(self, body: str) -> github_subset.GitHubSubset:
         return github_subset.project(body)
 
@@ -87,6 +92,8 @@ class _GitHub:
 
 
 class _GitLab:
+    name = forgeinfo.GITLAB.name
+
     def project(self, body: str) -> gitlab_subset.GitLabSubset:
         return gitlab_subset.project(body)
 
@@ -107,6 +114,8 @@ class _GitLab:
 
 
 class _Forgejo:
+    name = forgeinfo.FORGEJO.name
+
     def project(self, body: str) -> forgejo_subset.ForgejoSubset:
         return forgejo_subset.project(body)
 
@@ -127,6 +136,8 @@ class _Forgejo:
 
 
 class _Azure:
+    name = forgeinfo.AZURE.name
+
     def project(self, body: str) -> azure_subset.AzureSubset:
         return azure_subset.project(body)
 
@@ -152,7 +163,7 @@ class _Azure:
                 **azure_match.PR_ACTION_FOR}.get(subset.event_type)
 
 
-ARMS: dict[str, _Arm] = {"github": _GitHub(), "gitlab": _GitLab(), "forgejo": _Forgejo(), "azure": _Azure()}
+ARMS: dict[str, _Arm] = {arm.name: arm for arm in (_GitHub(), _GitLab(), _Forgejo(), _Azure())}
 
 
 class _Settled(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import yarl
 
+from pidispatch.common import forgeinfo
 from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
 from pidispatch.common.github_auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
 from pidispatch.common.models import Job
@@ -170,7 +171,7 @@ class _Client:
 
 
 class GithubApi(_Client):
-    forge = "github"
+    forge = forgeinfo.GITHUB.name
     variables = "GITHUB_AUTH_SOURCE and its credentials (GITHUB_API_URL for Enterprise Server)"
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
@@ -216,7 +217,7 @@ class GithubApi(_Client):
 
 
 class GitlabApi(_Client):
-    forge = "gitlab"
+    forge = forgeinfo.GITLAB.name
     variables = "GITLAB_TOKEN (and GITLAB_URL for a self-hosted instance)"
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
@@ -258,7 +259,7 @@ class GitlabApi(_Client):
 
 
 class ForgejoApi(_Client):
-    forge = "forgejo"
+    forge = forgeinfo.FORGEJO.name
     variables = "FORGEJO_URL and FORGEJO_TOKEN"
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
@@ -312,7 +313,7 @@ def strip_username(raw: object) -> object:
 
 
 class AzureApi(_Client):
-    forge = "azure"
+    forge = forgeinfo.AZURE.name
     variables = "AZURE_ORG_URL and AZURE_TOKEN"
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
@@ -401,12 +402,12 @@ class AzureApi(_Client):
 def forge_api(job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
               github_auth: GithubAuth | None) -> ForgeApi:
     """The client for this job's forge; a kind without one (local, unknown) is a configuration error."""
-    if job.kind == "github":
+    if job.kind == GithubApi.forge:
         return GithubApi(job, config, http, github_auth)
-    if job.kind == "gitlab":
+    if job.kind == GitlabApi.forge:
         return GitlabApi(job, config, http)
-    if job.kind == "forgejo":
+    if job.kind == ForgejoApi.forge:
         return ForgejoApi(job, config, http)
-    if job.kind == "azure":
+    if job.kind == AzureApi.forge:
         return AzureApi(job, config, http)
-    raise JobConfigRefused("this job's kind has no forge API; accepted: github, gitlab, forgejo, azure")
+    raise JobConfigRefused(f"this job's kind has no forge API; accepted: {', '.join(forgeinfo.names())}")
