@@ -6,10 +6,16 @@ the two can never disagree about a delivery.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from pidispatch.common.models import Matched, Target
+from pidispatch.router.decision import Decision, Drop
 from pidispatch.router.explain import NO_TRACE, Trace
-from pidispatch.router.rules import CloseRule
+from pidispatch.router.rules import CloseRule, RunSpec
+
+# A forge's own job builder, bound to its delivery: (rule index, run, target, matched) → decision.
+FireClose = Callable[[int, RunSpec, Target, Matched], Decision]
 
 
 def find_close_rule(
@@ -29,3 +35,26 @@ def find_close_rule(
             continue
         return rule, ""
     return None, "close-number-not-matched" if number_skipped else "no-matching-close-trigger"
+
+
+def close_route(
+    rules: Iterable[CloseRule], word: str, type_: str, target: Target | None, authorized: Any,
+    trace: Trace, fire: FireClose,
+) -> Decision:
+    """An issue or pull-request close on any forge: the item's number, the close rule that wants it, then
+    the closer's verdict (only the literal ``True`` opens it). ``target`` is None when the payload has
+    no usable number; ``word`` is the forge's close action, recorded in ``matched``."""
+    if target is None:
+        return Drop("missing-issue-number" if type_ == "issue" else "missing-pull-request")
+    rule, reason = find_close_rule(rules, word, target.number, type_, trace)
+    if rule is None:
+        return Drop(reason)
+    # After the match, so a close nobody wants never reports an authority decision nobody made.
+    if authorized is not True:
+        trace.rule(rule.index, type_, "closer-not-allowed")
+        return Drop("closer-not-allowed")
+    trace.rule(rule.index, type_)
+    # Only an issue's number rides ``matched``: it is what a one-shot issue rule was armed on.
+    matched = Matched(index=rule.index, type=type_, action=word, once=True if rule.once else None,
+                      number=target.number if type_ == "issue" else None)
+    return fire(rule.index, rule.run, target, matched)

@@ -10,6 +10,7 @@ Rules are matched against the raw word, which is what the operator wrote and the
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -19,7 +20,7 @@ from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
-from pidispatch.router.match.close import find_close_rule
+from pidispatch.router.match.close import close_route
 from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate, present
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
@@ -203,32 +204,15 @@ def pull_request(ctx: ForgejoMatchContext) -> Decision:
 
 def issue_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
-    target = _issue_target(ctx)
-    if target is None:
-        return Drop("missing-issue-number")
-    rule, reason = find_close_rule(ctx.group.issue, CLOSE_WORD, target.number, "issue", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    # Unreachable behind the global gate today; kept so a close fails closed under its own token.
-    if ctx.authorized is not True:
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "issue")
-    matched = Matched(index=rule.index, type="issue", action=CLOSE_WORD, number=target.number,
-                      once=True if rule.once else None)
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    # The closer verdict is unreachable behind the global gate today; kept so a close fails closed under
+    # its own token.
+    return close_route(ctx.group.issue, CLOSE_WORD, "issue", _issue_target(ctx), ctx.authorized, ctx.trace,
+                       partial(_fire, ctx))
 
 
 def pr_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("pr-close", "pr_close")
     pr = ctx.subset.pull_request
-    if pr is None or not is_int(pr.number):
-        return Drop("missing-pull-request")
-    rule, reason = find_close_rule(ctx.group.pr_close, CLOSE_WORD, pr.number, "pull_request", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    if ctx.authorized is not True:
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "pull_request")
-    matched = Matched(index=rule.index, type="pull_request", action=CLOSE_WORD,
-                      once=True if rule.once else None)
-    return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+    target = _pr_target(pr) if pr is not None and is_int(pr.number) else None
+    return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", target, ctx.authorized, ctx.trace,
+                       partial(_fire, ctx))

@@ -13,6 +13,7 @@ router looks up only for a close some rule wants (``wants_closer_authority``) an
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -22,7 +23,7 @@ from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
-from pidispatch.router.match.close import find_close_rule
+from pidispatch.router.match.close import close_route, find_close_rule
 from pidispatch.router.match.common import first_label_rule, is_int, present
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
@@ -241,38 +242,20 @@ def pull_request_review(ctx: GitHubMatchContext) -> Decision:
 def issue_close(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
     issue = ctx.subset.issue
-    if issue is None or not is_int(issue.number):
-        return Drop("missing-issue-number")
-    rule, reason = find_close_rule(ctx.group.issue, CLOSE_WORD, issue.number, "issue", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    # After the match, so a close nobody wants never reports an authority decision nobody made.
-    if ctx.closer_authorized is not True:
-        ctx.trace.rule(rule.index, "issue", "closer-not-allowed")
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "issue")
-    matched = Matched(index=rule.index, type="issue", action=CLOSE_WORD, number=issue.number,
-                      once=True if rule.once else None)
-    target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    target = None
+    if issue is not None and is_int(issue.number):
+        target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    return close_route(ctx.group.issue, CLOSE_WORD, "issue", target, ctx.closer_authorized, ctx.trace,
+                       partial(_fire, ctx))
 
 
 def pr_close(ctx: GitHubMatchContext) -> Decision:
     """Merged pull requests arrive as `closed`, so they fire close rules too."""
     ctx.trace.route("pr-close", "pr_close")
     pr = ctx.subset.pull_request
-    if pr is None or not is_int(pr.number):
-        return Drop("missing-pull-request")
-    rule, reason = find_close_rule(ctx.group.pr_close, CLOSE_WORD, pr.number, "pull_request", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    if ctx.closer_authorized is not True:
-        ctx.trace.rule(rule.index, "pull_request", "closer-not-allowed")
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "pull_request")
-    matched = Matched(index=rule.index, type="pull_request", action=CLOSE_WORD,
-                      once=True if rule.once else None)
-    return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+    target = _pr_target(pr) if pr is not None and is_int(pr.number) else None
+    return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", target, ctx.closer_authorized,
+                       ctx.trace, partial(_fire, ctx))
 
 
 # (event, wire action) → route. Everything else (unlabeled, edited, dismissed, push, ping, a wire action
