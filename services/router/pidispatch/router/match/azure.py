@@ -151,15 +151,11 @@ def tag_route(ctx: AzureMatchContext, event: str) -> Decision:
 
 def comment_route(ctx: AzureMatchContext, type_: str) -> Decision:
     ctx.trace.route("comment", "comment")
-    rule = ctx.group.comment
     body = ctx.subset.comment
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(ctx.group.comment, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     target = _target(ctx, type_)
     if target is None:
         return Drop("missing-pull-request" if type_ == "pull_request" else "missing-issue-number")

@@ -149,15 +149,11 @@ def _pr_target(pr: ForgejoPullRequestSubset) -> Target:
 def issue_comment(ctx: ForgejoMatchContext) -> Decision:
     """No association check: the resolved permission already gated the commenter."""
     ctx.trace.route("comment", "comment")
-    rule = ctx.group.comment
     body = ctx.subset.comment_body
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(ctx.group.comment, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     # `is_pull` is top-level on Forgejo; reading the wrong marker would route PR comments as issues.
     target = _issue_target(ctx, "pull_request" if ctx.subset.is_pull else "issue")
     if target is None:

@@ -159,15 +159,11 @@ def note(ctx: GitLabMatchContext) -> Decision:
     ctx.trace.route("note", "comment")
     if ctx.action != "create":
         return Drop("unhandled-event")
-    rule = ctx.group.comment
     body = ctx.subset.note
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(ctx.group.comment, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     type_ = "pull_request" if ctx.subset.noteable_type == "MergeRequest" else "issue"
     target = _target(ctx, type_)
     if target is None:
