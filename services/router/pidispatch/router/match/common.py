@@ -16,13 +16,21 @@ def is_int(value: Any) -> TypeGuard[int]:
     return type(value) is int
 
 
-def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | None:
-    """Steps 0-2 of the GitLab and Forgejo filters, in their load-bearing order: no usable numeric
-    sender, the harness itself, then the authority verdict (only the literal ``True`` opens it)."""
+def sender_gate(sender_id: Any, self_id: int | None) -> Drop | None:
+    """Steps 0-1 of every numeric-id filter: no usable numeric sender, then the harness itself. A string
+    "999" must not read as self, and a missing id must not fall through to a job."""
     if not is_int(sender_id):
         return Drop("missing-sender-id")
     if self_id is not None and sender_id == self_id:
         return Drop("self")
+    return None
+
+
+def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | None:
+    """Steps 0-2 of the GitLab and Forgejo filters, in their load-bearing order: ``sender_gate``, then
+    the authority verdict (only the literal ``True`` opens it)."""
+    if (refused := sender_gate(sender_id, self_id)) is not None:
+        return refused
     if authorized is not True:
         return Drop("author-not-allowed")
     return None

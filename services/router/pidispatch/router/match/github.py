@@ -24,7 +24,7 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
 from pidispatch.router.match.close import close_route, find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int, present
+from pidispatch.router.match.common import first_label_rule, is_int, present, sender_gate
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.github import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
@@ -63,12 +63,9 @@ def decide(
     trace: Trace = NO_TRACE,
 ) -> Decision:
     """``closer_authorized`` is the closer lookup's verdict; only the literal ``True`` opens a close."""
-    sender_id = subset.sender_id
-    # A string "999" must not read as self, and a missing id must not fall through to a job.
-    if not is_int(sender_id):
-        return Drop("missing-sender-id")
-    if self_id is not None and sender_id == self_id:
-        return Drop("self")
+    # GitHub gates authority per route (label, association, closer), not up front.
+    if (refused := sender_gate(subset.sender_id, self_id)) is not None:
+        return refused
     action = subset.action if isinstance(subset.action, str) else ""
     route = ROUTES.get((event_name, action))
     if route is None:
@@ -87,7 +84,7 @@ def wants_closer_authority(
     own close (the filter drops it as ``self``) nor for a shape the route would refuse: the same guards
     and the same ``find_close_rule`` as the routes, so a lookup is never spent on a delivery then
     dropped for another reason, and no close routes without one."""
-    if not is_int(subset.sender_id) or (self_id is not None and subset.sender_id == self_id):
+    if sender_gate(subset.sender_id, self_id) is not None:
         return False
     if subset.action != CLOSE_WORD:
         return False
@@ -145,13 +142,10 @@ def issue_comment(ctx: GitHubMatchContext) -> Decision:
             ctx.trace.rule(rule.index, "comment", "author-not-allowed")
         return Drop("author-not-allowed")
     body = said.body if said else None
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None  # resolve() drops without a rule
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(rule, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     issue = ctx.subset.issue
     if issue is None or not is_int(issue.number):
         return Drop("missing-issue-number")
