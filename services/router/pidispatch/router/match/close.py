@@ -6,16 +6,14 @@ the two can never disagree about a delivery.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from pidispatch.common.models import Matched, Target
 from pidispatch.router.decision import Decision, Drop
 from pidispatch.router.explain import NO_TRACE, Trace
-from pidispatch.router.rules import CloseRule, RunSpec
-
-# A forge's own job builder, bound to its delivery: (rule index, run, target, matched) → decision.
-FireClose = Callable[[int, RunSpec, Target, Matched], Decision]
+from pidispatch.router.match.common import FireRule
+from pidispatch.router.rules import CloseRule
 
 
 def find_close_rule(
@@ -39,7 +37,7 @@ def find_close_rule(
 
 def close_route(
     rules: Iterable[CloseRule], word: str, type_: str, target: Target | None, authorized: Any,
-    trace: Trace, fire: FireClose,
+    trace: Trace, fire: FireRule,
 ) -> Decision:
     """An issue or pull-request close on any forge: the item's number, the close rule that wants it, then
     the closer's verdict (only the literal ``True`` opens it). ``target`` is None when the payload has

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeGuard
 
-from pidispatch.router.decision import Drop
+from pidispatch.common.models import Matched, Target
+from pidispatch.router.decision import Decision, Drop
 from pidispatch.router.explain import Trace
-from pidispatch.router.match.predicate import why_not
-from pidispatch.router.rules import LabelRule
+from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.rules import LabelRule, RunSpec
+
+# A forge's own job builder, bound to its delivery: (rule index, run, target, matched) → decision.
+FireRule = Callable[[int, RunSpec, Target, Matched], Decision]
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -44,6 +48,20 @@ def first_label_rule(rules: Iterable[LabelRule], labels: Collection[str], trace:
         if why is None:
             return rule
     return None
+
+
+def fire_label_rule(
+    rules: Iterable[LabelRule], labels: Collection[str], target: Target | None, trace: Trace, fire: FireRule
+) -> Decision:
+    """An issue's label route on any forge, once the forge has said which labels count (the current set
+    or the ones this event added): the first label rule, then the item's number, then the job."""
+    rule = first_label_rule(rules, labels, trace)
+    if rule is None:
+        return Drop("no-allowlisted-label")
+    if target is None:
+        return Drop("missing-issue-number")
+    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
+    return fire(rule.index, rule.run, target, matched)
 
 
 def present(**values: Any) -> dict[str, Any]:

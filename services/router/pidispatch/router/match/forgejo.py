@@ -21,8 +21,8 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
 from pidispatch.router.match.close import close_route
-from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate, present
-from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate, present
+from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.forgejo import ForgejoPullRequestSubset, ForgejoSubset
 
@@ -166,14 +166,7 @@ def issue_label(ctx: ForgejoMatchContext) -> Decision:
     """The current label set, GitHub's semantics (re-fires on reopen or on an unrelated label)."""
     ctx.trace.route("issue-label", "label")
     labels = frozenset(ctx.subset.issue.labels) if ctx.subset.issue else frozenset()
-    rule = first_label_rule(ctx.group.label, labels, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    target = _issue_target(ctx)
-    if target is None:
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    return fire_label_rule(ctx.group.label, labels, _issue_target(ctx), ctx.trace, partial(_fire, ctx))
 
 
 def pull_request(ctx: ForgejoMatchContext) -> Decision:

@@ -24,8 +24,8 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
 from pidispatch.router.match.close import close_route, find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int, present, sender_gate
-from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.match.common import fire_label_rule, is_int, present, sender_gate
+from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.github import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
 
@@ -121,14 +121,10 @@ def issue_label(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-label", "label")
     issue = ctx.subset.issue
     labels = frozenset(issue.labels) if issue else frozenset()
-    rule = first_label_rule(ctx.group.label, labels, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    if issue is None or not is_int(issue.number):
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
-    target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    target = None
+    if issue is not None and is_int(issue.number):
+        target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    return fire_label_rule(ctx.group.label, labels, target, ctx.trace, partial(_fire, ctx))
 
 
 def issue_comment(ctx: GitHubMatchContext) -> Decision:

@@ -19,7 +19,7 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
 from pidispatch.router.match.close import close_route
-from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate
+from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.gitlab import GitLabSubset
@@ -114,14 +114,7 @@ def label_route(ctx: GitLabMatchContext) -> Decision:
     added = added_labels(ctx.subset)
     if added is None:
         return Drop("no-label-change")
-    rule = first_label_rule(ctx.group.label, added, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    target = _target(ctx, "issue")
-    if target is None:
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, added))
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    return fire_label_rule(ctx.group.label, added, _target(ctx, "issue"), ctx.trace, partial(_fire, ctx))
 
 
 def merge_request(ctx: GitLabMatchContext) -> Decision:
