@@ -1,7 +1,7 @@
-"""Which close rule wants this close. Pure.
+"""Which close rule wants this close, and the close route itself. Pure.
 
 One derivation shared by every forge's close route and by the question "is a lookup worth making", so
-the two can never disagree about a delivery.
+the two can never disagree about a delivery; one route, so the forges' closes cannot drift apart again.
 """
 
 from __future__ import annotations
