@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -21,8 +22,7 @@ from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.lookup import SelfIds
 from pidispatch.router.match import comment
-from pidispatch.router.match.common import first_label_rule, is_int, present
-from pidispatch.router.match.predicate import matched_label
+from pidispatch.router.match.common import fire_label_rule, is_int, present
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.azure import PR_COMMENT_EVENT, AzureSubset
 
@@ -139,27 +139,17 @@ def tag_route(ctx: AzureMatchContext, event: str) -> Decision:
         action = "updated"
     else:
         added, action = frozenset(s.tags), "created"
-    rule = first_label_rule(ctx.group.label, added, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    target = _target(ctx, "issue")
-    if target is None:
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, added))
-    return _fire(ctx, rule.index, rule.run, target, matched, action)
+    return fire_label_rule(ctx.group.label, added, _target(ctx, "issue"), ctx.trace,
+                           partial(_fire, ctx, action=action))
 
 
 def comment_route(ctx: AzureMatchContext, type_: str) -> Decision:
     ctx.trace.route("comment", "comment")
-    rule = ctx.group.comment
     body = ctx.subset.comment
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(ctx.group.comment, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     target = _target(ctx, type_)
     if target is None:
         return Drop("missing-pull-request" if type_ == "pull_request" else "missing-issue-number")

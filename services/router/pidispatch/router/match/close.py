@@ -1,14 +1,18 @@
-"""Which close rule wants this close. Pure.
+"""Which close rule wants this close, and the close route itself. Pure.
 
 One derivation shared by every forge's close route and by the question "is a lookup worth making", so
-the two can never disagree about a delivery.
+the two can never disagree about a delivery; one route, so the forges' closes cannot drift apart again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+from pidispatch.common.models import Matched, Target
+from pidispatch.router.decision import Decision, Drop
 from pidispatch.router.explain import NO_TRACE, Trace
+from pidispatch.router.match.common import FireRule
 from pidispatch.router.rules import CloseRule
 
 
@@ -29,3 +33,26 @@ def find_close_rule(
             continue
         return rule, ""
     return None, "close-number-not-matched" if number_skipped else "no-matching-close-trigger"
+
+
+def close_route(
+    rules: Iterable[CloseRule], word: str, type_: str, target: Target | None, authorized: Any,
+    trace: Trace, fire: FireRule,
+) -> Decision:
+    """An issue or pull-request close on any forge: the item's number, the close rule that wants it, then
+    the closer's verdict (only the literal ``True`` opens it). ``target`` is None when the payload has
+    no usable number; ``word`` is the forge's close action, recorded in ``matched``."""
+    if target is None:
+        return Drop("missing-issue-number" if type_ == "issue" else "missing-pull-request")
+    rule, reason = find_close_rule(rules, word, target.number, type_, trace)
+    if rule is None:
+        return Drop(reason)
+    # After the match, so a close nobody wants never reports an authority decision nobody made.
+    if authorized is not True:
+        trace.rule(rule.index, type_, "closer-not-allowed")
+        return Drop("closer-not-allowed")
+    trace.rule(rule.index, type_)
+    # Only an issue's number rides ``matched``: it is what a one-shot issue rule was armed on.
+    matched = Matched(index=rule.index, type=type_, action=word, once=True if rule.once else None,
+                      number=target.number if type_ == "issue" else None)
+    return fire(rule.index, rule.run, target, matched)

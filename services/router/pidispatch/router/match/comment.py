@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Any
 
 from pidispatch.router.decision import Drop
+from pidispatch.router.explain import Trace
 from pidispatch.router.rules import CommentRule
 
 
@@ -34,3 +35,17 @@ def resolve(rule: CommentRule | None, body: Any, known_flows: frozenset[str]) ->
     if not flow:
         return Drop("no-flow")
     return flow
+
+
+def resolve_traced(
+    rule: CommentRule | None, body: Any, known_flows: frozenset[str], trace: Trace
+) -> Drop | tuple[CommentRule, str | None]:
+    """``resolve`` with the comment rule's verdict traced: the rule and its flow, or the Drop."""
+    flow = resolve(rule, body, known_flows)
+    if isinstance(flow, Drop):
+        if rule is not None:
+            trace.rule(rule.index, "comment", flow.reason)
+        return flow
+    assert rule is not None  # resolve() drops without a rule
+    trace.rule(rule.index, "comment")
+    return rule, flow

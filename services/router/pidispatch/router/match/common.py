@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeGuard
 
-from pidispatch.router.decision import Drop
+from pidispatch.common.models import Matched, Target
+from pidispatch.router.decision import Decision, Drop
 from pidispatch.router.explain import Trace
-from pidispatch.router.match.predicate import why_not
-from pidispatch.router.rules import LabelRule
+from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.rules import LabelRule, RunSpec
+
+# A forge's own job builder, bound to its delivery: (rule index, run, target, matched) → decision.
+FireRule = Callable[[int, RunSpec, Target, Matched], Decision]
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -16,13 +20,21 @@ def is_int(value: Any) -> TypeGuard[int]:
     return type(value) is int
 
 
-def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | None:
-    """Steps 0-2 of the GitLab and Forgejo filters, in their load-bearing order: no usable numeric
-    sender, the harness itself, then the authority verdict (only the literal ``True`` opens it)."""
+def sender_gate(sender_id: Any, self_id: int | None) -> Drop | None:
+    """Steps 0-1 of every numeric-id filter: no usable numeric sender, then the harness itself. A string
+    "999" must not read as self, and a missing id must not fall through to a job."""
     if not is_int(sender_id):
         return Drop("missing-sender-id")
     if self_id is not None and sender_id == self_id:
         return Drop("self")
+    return None
+
+
+def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | None:
+    """Steps 0-2 of the GitLab and Forgejo filters, in their load-bearing order: ``sender_gate``, then
+    the authority verdict (only the literal ``True`` opens it)."""
+    if (refused := sender_gate(sender_id, self_id)) is not None:
+        return refused
     if authorized is not True:
         return Drop("author-not-allowed")
     return None
@@ -36,6 +48,20 @@ def first_label_rule(rules: Iterable[LabelRule], labels: Collection[str], trace:
         if why is None:
             return rule
     return None
+
+
+def fire_label_rule(
+    rules: Iterable[LabelRule], labels: Collection[str], target: Target | None, trace: Trace, fire: FireRule
+) -> Decision:
+    """An issue's label route on any forge, once the forge has said which labels count (the current set
+    or the ones this event added): the first label rule, then the item's number, then the job."""
+    rule = first_label_rule(rules, labels, trace)
+    if rule is None:
+        return Drop("no-allowlisted-label")
+    if target is None:
+        return Drop("missing-issue-number")
+    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
+    return fire(rule.index, rule.run, target, matched)
 
 
 def present(**values: Any) -> dict[str, Any]:

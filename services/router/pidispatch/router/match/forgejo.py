@@ -10,6 +10,7 @@ Rules are matched against the raw word, which is what the operator wrote and the
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -19,9 +20,9 @@ from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
-from pidispatch.router.match.close import find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate, present
-from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.match.close import close_route
+from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate, present
+from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.forgejo import ForgejoPullRequestSubset, ForgejoSubset
 
@@ -148,15 +149,11 @@ def _pr_target(pr: ForgejoPullRequestSubset) -> Target:
 def issue_comment(ctx: ForgejoMatchContext) -> Decision:
     """No association check: the resolved permission already gated the commenter."""
     ctx.trace.route("comment", "comment")
-    rule = ctx.group.comment
     body = ctx.subset.comment_body
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(ctx.group.comment, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     # `is_pull` is top-level on Forgejo; reading the wrong marker would route PR comments as issues.
     target = _issue_target(ctx, "pull_request" if ctx.subset.is_pull else "issue")
     if target is None:
@@ -169,14 +166,7 @@ def issue_label(ctx: ForgejoMatchContext) -> Decision:
     """The current label set, GitHub's semantics (re-fires on reopen or on an unrelated label)."""
     ctx.trace.route("issue-label", "label")
     labels = frozenset(ctx.subset.issue.labels) if ctx.subset.issue else frozenset()
-    rule = first_label_rule(ctx.group.label, labels, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    target = _issue_target(ctx)
-    if target is None:
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    return fire_label_rule(ctx.group.label, labels, _issue_target(ctx), ctx.trace, partial(_fire, ctx))
 
 
 def pull_request(ctx: ForgejoMatchContext) -> Decision:
@@ -203,32 +193,15 @@ def pull_request(ctx: ForgejoMatchContext) -> Decision:
 
 def issue_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
-    target = _issue_target(ctx)
-    if target is None:
-        return Drop("missing-issue-number")
-    rule, reason = find_close_rule(ctx.group.issue, CLOSE_WORD, target.number, "issue", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    # Unreachable behind the global gate today; kept so a close fails closed under its own token.
-    if ctx.authorized is not True:
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "issue")
-    matched = Matched(index=rule.index, type="issue", action=CLOSE_WORD, number=target.number,
-                      once=True if rule.once else None)
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    # The closer verdict is unreachable behind the global gate today; kept so a close fails closed under
+    # its own token.
+    return close_route(ctx.group.issue, CLOSE_WORD, "issue", _issue_target(ctx), ctx.authorized, ctx.trace,
+                       partial(_fire, ctx))
 
 
 def pr_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("pr-close", "pr_close")
     pr = ctx.subset.pull_request
-    if pr is None or not is_int(pr.number):
-        return Drop("missing-pull-request")
-    rule, reason = find_close_rule(ctx.group.pr_close, CLOSE_WORD, pr.number, "pull_request", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    if ctx.authorized is not True:
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "pull_request")
-    matched = Matched(index=rule.index, type="pull_request", action=CLOSE_WORD,
-                      once=True if rule.once else None)
-    return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+    target = _pr_target(pr) if pr is not None and is_int(pr.number) else None
+    return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", target, ctx.authorized, ctx.trace,
+                       partial(_fire, ctx))

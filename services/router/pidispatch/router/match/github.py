@@ -13,6 +13,7 @@ router looks up only for a close some rule wants (``wants_closer_authority``) an
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -22,9 +23,9 @@ from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
-from pidispatch.router.match.close import find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int, present
-from pidispatch.router.match.predicate import matched_label, why_not
+from pidispatch.router.match.close import close_route, find_close_rule
+from pidispatch.router.match.common import fire_label_rule, is_int, present, sender_gate
+from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.github import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
 
@@ -62,12 +63,9 @@ def decide(
     trace: Trace = NO_TRACE,
 ) -> Decision:
     """``closer_authorized`` is the closer lookup's verdict; only the literal ``True`` opens a close."""
-    sender_id = subset.sender_id
-    # A string "999" must not read as self, and a missing id must not fall through to a job.
-    if not is_int(sender_id):
-        return Drop("missing-sender-id")
-    if self_id is not None and sender_id == self_id:
-        return Drop("self")
+    # GitHub gates authority per route (label, association, closer), not up front.
+    if (refused := sender_gate(subset.sender_id, self_id)) is not None:
+        return refused
     action = subset.action if isinstance(subset.action, str) else ""
     route = ROUTES.get((event_name, action))
     if route is None:
@@ -86,7 +84,7 @@ def wants_closer_authority(
     own close (the filter drops it as ``self``) nor for a shape the route would refuse: the same guards
     and the same ``find_close_rule`` as the routes, so a lookup is never spent on a delivery then
     dropped for another reason, and no close routes without one."""
-    if not is_int(subset.sender_id) or (self_id is not None and subset.sender_id == self_id):
+    if sender_gate(subset.sender_id, self_id) is not None:
         return False
     if subset.action != CLOSE_WORD:
         return False
@@ -123,14 +121,10 @@ def issue_label(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-label", "label")
     issue = ctx.subset.issue
     labels = frozenset(issue.labels) if issue else frozenset()
-    rule = first_label_rule(ctx.group.label, labels, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    if issue is None or not is_int(issue.number):
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, labels))
-    target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    target = None
+    if issue is not None and is_int(issue.number):
+        target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    return fire_label_rule(ctx.group.label, labels, target, ctx.trace, partial(_fire, ctx))
 
 
 def issue_comment(ctx: GitHubMatchContext) -> Decision:
@@ -144,13 +138,10 @@ def issue_comment(ctx: GitHubMatchContext) -> Decision:
             ctx.trace.rule(rule.index, "comment", "author-not-allowed")
         return Drop("author-not-allowed")
     body = said.body if said else None
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None  # resolve() drops without a rule
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(rule, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     issue = ctx.subset.issue
     if issue is None or not is_int(issue.number):
         return Drop("missing-issue-number")
@@ -241,38 +232,20 @@ def pull_request_review(ctx: GitHubMatchContext) -> Decision:
 def issue_close(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
     issue = ctx.subset.issue
-    if issue is None or not is_int(issue.number):
-        return Drop("missing-issue-number")
-    rule, reason = find_close_rule(ctx.group.issue, CLOSE_WORD, issue.number, "issue", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    # After the match, so a close nobody wants never reports an authority decision nobody made.
-    if ctx.closer_authorized is not True:
-        ctx.trace.rule(rule.index, "issue", "closer-not-allowed")
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "issue")
-    matched = Matched(index=rule.index, type="issue", action=CLOSE_WORD, number=issue.number,
-                      once=True if rule.once else None)
-    target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    target = None
+    if issue is not None and is_int(issue.number):
+        target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    return close_route(ctx.group.issue, CLOSE_WORD, "issue", target, ctx.closer_authorized, ctx.trace,
+                       partial(_fire, ctx))
 
 
 def pr_close(ctx: GitHubMatchContext) -> Decision:
     """Merged pull requests arrive as `closed`, so they fire close rules too."""
     ctx.trace.route("pr-close", "pr_close")
     pr = ctx.subset.pull_request
-    if pr is None or not is_int(pr.number):
-        return Drop("missing-pull-request")
-    rule, reason = find_close_rule(ctx.group.pr_close, CLOSE_WORD, pr.number, "pull_request", ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    if ctx.closer_authorized is not True:
-        ctx.trace.rule(rule.index, "pull_request", "closer-not-allowed")
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, "pull_request")
-    matched = Matched(index=rule.index, type="pull_request", action=CLOSE_WORD,
-                      once=True if rule.once else None)
-    return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+    target = _pr_target(pr) if pr is not None and is_int(pr.number) else None
+    return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", target, ctx.closer_authorized,
+                       ctx.trace, partial(_fire, ctx))
 
 
 # (event, wire action) → route. Everything else (unlabeled, edited, dismissed, push, ping, a wire action

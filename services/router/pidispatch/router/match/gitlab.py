@@ -8,7 +8,7 @@ added*, never the current set, or every later edit of a labelled issue would sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -18,10 +18,10 @@ from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match import comment
-from pidispatch.router.match.close import find_close_rule
-from pidispatch.router.match.common import first_label_rule, is_int, numeric_sender_gate
+from pidispatch.router.match.close import close_route
+from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate
 from pidispatch.router.match.predicate import matched_label, why_not
-from pidispatch.router.rules import CloseRule, ForgeGroup, Rules, RunSpec
+from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
 from pidispatch.router.subsets.gitlab import GitLabSubset
 
 KIND = "gitlab"
@@ -114,14 +114,7 @@ def label_route(ctx: GitLabMatchContext) -> Decision:
     added = added_labels(ctx.subset)
     if added is None:
         return Drop("no-label-change")
-    rule = first_label_rule(ctx.group.label, added, ctx.trace)
-    if rule is None:
-        return Drop("no-allowlisted-label")
-    target = _target(ctx, "issue")
-    if target is None:
-        return Drop("missing-issue-number")
-    matched = Matched(index=rule.index, type="label", label=matched_label(rule.predicate, added))
-    return _fire(ctx, rule.index, rule.run, target, matched)
+    return fire_label_rule(ctx.group.label, added, _target(ctx, "issue"), ctx.trace, partial(_fire, ctx))
 
 
 def merge_request(ctx: GitLabMatchContext) -> Decision:
@@ -159,15 +152,11 @@ def note(ctx: GitLabMatchContext) -> Decision:
     ctx.trace.route("note", "comment")
     if ctx.action != "create":
         return Drop("unhandled-event")
-    rule = ctx.group.comment
     body = ctx.subset.note
-    flow = comment.resolve(rule, body, ctx.known_flows)
-    if isinstance(flow, Drop):
-        if rule is not None:
-            ctx.trace.rule(rule.index, "comment", flow.reason)
-        return flow
-    assert rule is not None
-    ctx.trace.rule(rule.index, "comment")
+    resolved = comment.resolve_traced(ctx.group.comment, body, ctx.known_flows, ctx.trace)
+    if isinstance(resolved, Drop):
+        return resolved
+    rule, flow = resolved
     type_ = "pull_request" if ctx.subset.noteable_type == "MergeRequest" else "issue"
     target = _target(ctx, type_)
     if target is None:
@@ -176,29 +165,16 @@ def note(ctx: GitLabMatchContext) -> Decision:
     return _fire(ctx, rule.index, rule.run, target, matched, flow=flow, comment_data={"body": body})
 
 
-def _close(ctx: GitLabMatchContext, rules: Iterable[CloseRule], type_: str, missing: str) -> Decision:
-    target = _target(ctx, type_)
-    if target is None:
-        return Drop(missing)
-    rule, reason = find_close_rule(rules, CLOSE_WORD, target.number, type_, ctx.trace)
-    if rule is None:
-        return Drop(reason)
-    # Unreachable behind the access gate today; kept so a close fails closed under its own token.
-    if ctx.authorized is not True:
-        return Drop("closer-not-allowed")
-    ctx.trace.rule(rule.index, type_)
-    once = True if rule.once else None
-    matched = Matched(index=rule.index, type=type_, action=CLOSE_WORD, once=once,
-                      number=target.number if type_ == "issue" else None)
-    return _fire(ctx, rule.index, rule.run, target, matched)
-
-
 def issue_close(ctx: GitLabMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
-    return _close(ctx, ctx.group.issue, "issue", "missing-issue-number")
+    # The closer verdict is unreachable behind the access gate today; kept so a close fails closed under
+    # its own token.
+    return close_route(ctx.group.issue, CLOSE_WORD, "issue", _target(ctx, "issue"), ctx.authorized,
+                       ctx.trace, partial(_fire, ctx))
 
 
 def mr_close(ctx: GitLabMatchContext) -> Decision:
     """Only an explicit close fires; GitLab's own ``merge`` action never does."""
     ctx.trace.route("merge-request-close", "pr_close")
-    return _close(ctx, ctx.group.pr_close, "pull_request", "missing-pull-request")
+    return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", _target(ctx, "pull_request"),
+                       ctx.authorized, ctx.trace, partial(_fire, ctx))
