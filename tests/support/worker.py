@@ -21,8 +21,8 @@ from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.common.streams import wire
 from pidispatch.worker import dockerapi
-from pidispatch.worker.context import hash_fields
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import local_job_id
 from pidispatch.worker.service import run_worker
@@ -67,7 +67,7 @@ def local_job(folder: Path, steer: str, minute_ms: int | None = None) -> Job:
 
 
 async def enqueue(redis: Redis, keys: Keys, job: Job, stream: str | None = None) -> str:
-    return text(await redis.xadd(stream or keys.jobs, hash_fields(job_to_fields(job))))
+    return text(await redis.xadd(stream or keys.jobs, wire(job_to_fields(job))))
 
 
 @contextlib.asynccontextmanager

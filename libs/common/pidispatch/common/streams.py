@@ -23,7 +23,7 @@ StreamEntry = tuple[str, Fields]  # (entry id, fields) of one stream
 
 
 def entries_of(raw: Iterable[object] | None) -> list[StreamEntry]:
-    """XRANGE/XCLAIM-shaped replies as text; a trimmed pending entry (no fields) is dropped."""
+    """XRANGE-shaped replies as text."""
     out: list[StreamEntry] = []
     for item in raw or ():
         match item:
@@ -33,7 +33,8 @@ def entries_of(raw: Iterable[object] | None) -> list[StreamEntry]:
 
 
 def wire(fields: Mapping[str, str]) -> dict[FieldT, EncodableT]:
-    """Text fields as redis-py's ``xadd`` types them (its dict parameter is invariant; str is accepted)."""
+    """Text fields as redis-py's ``xadd`` and ``hset(mapping=)`` type them (their dict parameter is
+    invariant; str is accepted)."""
     return cast("dict[FieldT, EncodableT]", fields)
 
 
@@ -133,10 +134,20 @@ async def pending(
 
 async def claim(
     r: Redis, stream: str, group: str, consumer: str, min_idle_ms: int, entry_ids: Sequence[str]
-) -> list[StreamEntry]:
-    """XCLAIM: the entries that were still pending and idle long enough are now ours."""
+) -> tuple[list[StreamEntry], list[str]]:
+    """XCLAIM: the entries that were still pending and idle long enough are now ours; and the ids among
+    them whose entry was deleted from the stream meanwhile (claimed without fields: nothing to process)."""
     ids: list[StreamIdT] = list(entry_ids)
-    return entries_of(await r.xclaim(stream, group, consumer, min_idle_time=min_idle_ms, message_ids=ids))
+    reply = await r.xclaim(stream, group, consumer, min_idle_time=min_idle_ms, message_ids=ids)
+    entries: list[StreamEntry] = []
+    gone: list[str] = []
+    for item in reply or ():
+        match item:
+            case (bytes() | str() as entry_id, Mapping() as fields) if fields:
+                entries.append((text(entry_id), decode_fields(fields)))
+            case (bytes() | str() as entry_id, _):
+                gone.append(text(entry_id))
+    return entries, gone
 
 
 async def delivery_count(r: Redis, stream: str, group: str, entry_id: str) -> int:

@@ -252,7 +252,10 @@ class Router:
         due = [row.entry_id for row in rows if row.idle_ms >= retry_after_ms(row.deliveries)]
         if not due:
             return
-        claimed = await claim(self.redis, self.keys.events, ROUTER_GROUP, self.consumer, RETRY_FIRST_MS, due)
+        # An entry trimmed away meanwhile comes back without fields; it is left as before.
+        claimed, _ = await claim(
+            self.redis, self.keys.events, ROUTER_GROUP, self.consumer, RETRY_FIRST_MS, due
+        )
         await self._process_claimed(claimed)
 
     async def _process_claimed(self, entries: list[tuple[str, Fields]]) -> None:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import aiodocker
 import aiohttp
 from redis.exceptions import RedisError
-from redis.typing import EncodableT, FieldT
 
 from pidispatch.common.forges import ForgeConfig, load_forge_config
 from pidispatch.common.github_auth import GithubAuth
@@ -18,6 +17,7 @@ from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
+from pidispatch.common.streams import wire
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import Abort
 
@@ -59,17 +59,12 @@ class Held:
     job_id: str | None = None
 
 
-def hash_fields(fields: Mapping[str, str]) -> dict[FieldT, EncodableT]:
-    """Text fields as the client's ``hset(mapping=)`` types them (its key type is invariant)."""
-    return {k: v for k, v in fields.items()}
-
-
 async def set_state(ctx: WorkerContext, job_id: str, **fields: str) -> None:
     """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run."""
     key = ctx.keys.job(job_id)
     try:
         async with ctx.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=hash_fields(fields))
+            pipe.hset(key, mapping=wire(fields))
             pipe.expire(key, JOB_STATE_TTL_S)
             await pipe.execute()
         ctx.redis_health.ok()

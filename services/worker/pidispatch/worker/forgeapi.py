@@ -218,7 +218,7 @@ class GithubApi(_Client):
 
 class GitlabApi(_Client):
     forge = forgeinfo.GITLAB.name
-    variables = "GITLAB_TOKEN (and GITLAB_URL for a self-hosted instance)"
+    variables = forgeinfo.GITLAB.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
         super().__init__(job, http, config.gitlab.url)
@@ -260,7 +260,7 @@ class GitlabApi(_Client):
 
 class ForgejoApi(_Client):
     forge = forgeinfo.FORGEJO.name
-    variables = "FORGEJO_URL and FORGEJO_TOKEN"
+    variables = forgeinfo.FORGEJO.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
         super().__init__(job, http, config.forgejo.url)
@@ -314,7 +314,7 @@ def strip_username(raw: object) -> object:
 
 class AzureApi(_Client):
     forge = forgeinfo.AZURE.name
-    variables = "AZURE_ORG_URL and AZURE_TOKEN"
+    variables = forgeinfo.AZURE.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
         super().__init__(job, http, config.azure.org_url)

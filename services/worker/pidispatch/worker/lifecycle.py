@@ -23,9 +23,9 @@ from pidispatch.common.keys import DEFER_MS, JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to_fields
 from pidispatch.common.registry import RegistryUnreachable
-from pidispatch.common.streams import delivery_count, send_to_dead
+from pidispatch.common.streams import delivery_count, send_to_dead, wire
 from pidispatch.worker.answers import answer_for, post_answer
-from pidispatch.worker.context import Held, WorkerContext, hash_fields, set_state
+from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
@@ -268,7 +268,7 @@ async def _after_record(
 
 async def _mark_terminal_and_ack(ctx: WorkerContext, held: Held, job_id: str, fields: dict[str, str]) -> None:
     async with ctx.redis.pipeline(transaction=True) as pipe:
-        pipe.hset(ctx.keys.job(job_id), mapping=hash_fields(fields))
+        pipe.hset(ctx.keys.job(job_id), mapping=wire(fields))
         pipe.expire(ctx.keys.job(job_id), JOB_STATE_TTL_S)
         pipe.xack(held.stream, WORKER_GROUP, held.entry_id)
         await pipe.execute()

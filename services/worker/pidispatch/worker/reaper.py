@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from pidispatch.common.keys import WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields
+from pidispatch.common.streams import pending
 from pidispatch.worker import dockerapi
 from pidispatch.worker.container import LABEL_HOST, LABEL_JOB
 from pidispatch.worker.context import WorkerContext
@@ -47,12 +48,10 @@ async def _owned_jobs(ctx: WorkerContext, streams: list[str]) -> set[str]:
     """The job ids of this host's pending entries."""
     owned: set[str] = set()
     for stream in streams:
-        rows = await ctx.redis.xpending_range(
-            stream, WORKER_GROUP, min="-", max="+", count=PENDING_MAX, consumername=ctx.host
-        )
+        rows = await pending(ctx.redis, stream, WORKER_GROUP, count=PENDING_MAX, consumer=ctx.host)
         async with ctx.redis.pipeline(transaction=False) as pipe:
             for row in rows:
-                pipe.xrange(stream, min=row["message_id"], max=row["message_id"], count=1)
+                pipe.xrange(stream, min=row.entry_id, max=row.entry_id, count=1)
             found = await pipe.execute()
         owned |= {job for hit in found if hit and (job := decode_fields(hit[0][1]).get("id"))}
     return owned

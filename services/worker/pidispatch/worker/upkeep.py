@@ -19,24 +19,14 @@ from redis.typing import StreamIdT
 from pidispatch.common import __version__
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import decode_fields, text
+from pidispatch.common.models import text
 from pidispatch.common.registry import host_streams, path_shaped
 from pidispatch.common.runtime import every
-from pidispatch.common.streams import Entry, ack
-from pidispatch.worker.context import Held, WorkerContext, hash_fields
+from pidispatch.common.streams import Entry, ack, claim, pending, wire
+from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.runner import OPERATOR_CANCEL
 
 SlotKey = tuple[str, str]
-
-
-def claimed_entries(reply: object) -> list[tuple[str, Mapping[object, object] | None]]:
-    """XCLAIM's (id, fields) pairs from the client's reply; fields are None for an entry deleted meanwhile."""
-    pairs: list[tuple[str, Mapping[object, object] | None]] = []
-    for item in reply if isinstance(reply, list) else []:
-        if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (bytes, str)):
-            fields = item[1] if isinstance(item[1], Mapping) else None
-            pairs.append((text(item[0]), fields))
-    return pairs
 
 
 class Upkeep:
@@ -80,7 +70,7 @@ class Upkeep:
         ctx = self.ctx
         key = ctx.keys.host(ctx.host)
         async with ctx.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(key, mapping=hash_fields(self.row()))
+            pipe.hset(key, mapping=wire(self.row()))
             pipe.pexpire(key, ctx.settings.host_ttl_ms)
             pipe.sadd(ctx.keys.hosts, ctx.host)
             by_stream: dict[str, list[StreamIdT]] = {}
@@ -146,22 +136,20 @@ class Upkeep:
                 owner = text(row["name"])
                 if owner == ctx.host or await ctx.redis.exists(ctx.keys.host(owner)):
                     continue
-                rows = await ctx.redis.xpending_range(
-                    stream, WORKER_GROUP, min="-", max="+", count=limit - len(claimed),
-                    consumername=owner, idle=ttl,
+                rows = await pending(
+                    ctx.redis, stream, WORKER_GROUP, count=limit - len(claimed), consumer=owner, idle_ms=ttl
                 )
-                ids: list[StreamIdT] = [r["message_id"] for r in rows]
-                if not ids:
+                if not rows:
                     continue
                 # min_idle_time makes the claim exclusive: a second peer finds the idle time reset.
-                got = claimed_entries(await ctx.redis.xclaim(stream, WORKER_GROUP, ctx.host, ttl, ids))
-                for entry_id, fields in got:
-                    if not fields:  # deleted from the stream meanwhile: nothing to run
-                        await ack(ctx.redis, stream, WORKER_GROUP, entry_id)
-                        continue
-                    claimed.append((stream, entry_id, decode_fields(fields)))
-                if got:
-                    self.log.warning("jobs_taken_over", dead_host=owner, count=len(got))
+                got, gone = await claim(
+                    ctx.redis, stream, WORKER_GROUP, ctx.host, ttl, [row.entry_id for row in rows]
+                )
+                # Deleted from the stream meanwhile: nothing to run.
+                await ack(ctx.redis, stream, WORKER_GROUP, *gone)
+                claimed += [(stream, entry_id, fields) for entry_id, fields in got]
+                if got or gone:
+                    self.log.warning("jobs_taken_over", dead_host=owner, count=len(got) + len(gone))
                 if len(claimed) >= limit:
                     return claimed
         return claimed
