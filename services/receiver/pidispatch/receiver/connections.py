@@ -22,6 +22,10 @@ from pidispatch.common.log import get_logger
 
 # Descriptors kept for everything but clients: Redis connections, the spool, logs, the listener.
 RESERVE_MIN = 32
+# The listen queue. asyncio accepts up to this many connections in one go before any of them reaches the
+# cap (the protocol factory runs later, per connection), so the reserve must hold a whole burst: an
+# accept that fails with EMFILE stops accepting for a second, and a valid delivery waits in the queue.
+LISTEN_BACKLOG = 128
 # asyncio logs every failed accept (EMFILE) at error with a traceback; the receiver logs one line per
 # this many seconds instead, with the count (and the same for connections it sheds).
 LOG_INTERVAL_S = 10.0
@@ -42,8 +46,9 @@ def descriptor_budget() -> int:
 
 
 def client_cap(limit: int) -> int:
-    """Open client connections allowed under a descriptor limit (a quarter, at least 32, is reserved)."""
-    return max(8, limit - max(RESERVE_MIN, limit // 4))
+    """Open client connections allowed under a descriptor limit: a quarter is reserved, and at least a
+    whole accept burst plus ``RESERVE_MIN``."""
+    return max(8, limit - max(RESERVE_MIN + LISTEN_BACKLOG, limit // 4))
 
 
 class Connections:

@@ -16,7 +16,7 @@ from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings
 from pidispatch.receiver.app import RECEIVER, create_app
 from pidispatch.receiver.config import ReceiverConfig, SpoolConfig
-from pidispatch.receiver.connections import AcceptErrors, Connections, descriptor_budget
+from pidispatch.receiver.connections import LISTEN_BACKLOG, AcceptErrors, Connections, descriptor_budget
 from pidispatch.receiver.spool import Spool
 
 # On SIGTERM in-flight requests get this long to finish (a slow upload included; Redis calls are
@@ -25,7 +25,6 @@ DRAIN_TIMEOUT_S = 5.0
 CLEANUP_TIMEOUT_S = 1.0
 # After answering without reading a whole body, aiohttp reads and drops the rest this long at most.
 LINGERING_S = 2.0
-LISTEN_BACKLOG = 128
 
 
 async def serve(settings: Settings, config: ReceiverConfig, spool_config: SpoolConfig) -> int:
