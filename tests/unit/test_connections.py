@@ -63,7 +63,21 @@ async def test_past_the_cap_the_oldest_slow_or_idle_connections_go_first_and_a_r
     connections.storing.add(h["storing"])
     connections()  # one more: two over the cap
     assert [n for n, x in h.items() if x.transport is None] == ["slow1", "slow2"]
-    connections._count = 10
-    connections()  # now even the requests in hand must make room, the oldest first
+    connections._count, connections.cap = 10, 2
+    connections()  # under a tighter cap even the requests in hand must make room, the oldest first
     assert [n for n, x in h.items() if x.transport is None] == ["slow1", "delivery", "slow2", "idle"]
     assert h["storing"].transport is not None  # a delivery being stored is never cut
+
+
+async def test_connections_already_closed_do_not_count_so_no_open_one_is_shed_in_their_place() -> None:
+    # Under load their connection_lost callbacks lag; counting them cut the newest connection, a delivery.
+    connections, h = _cap_with("closed1", "closed2", "closed3", "slow", "delivery", cap=3)
+    for name in ("closed1", "closed2", "closed3"):
+        h[name].force_close()
+    connections()  # two open plus the new one: at the cap, one over with the closed ones counted
+    assert h["slow"].transport is not None and h["delivery"].transport is not None
+    connections._count = 10
+    connections.requesting.add(h["delivery"])
+    connections._server.connections.append(_Handler("later"))  # type: ignore[attr-defined]
+    connections()  # three open plus the new one, one over: the slow one goes, not the delivery
+    assert h["slow"].transport is None and h["delivery"].transport is not None

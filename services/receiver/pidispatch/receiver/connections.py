@@ -73,14 +73,16 @@ class Connections:
         return handler
 
     def _make_room(self) -> None:
-        live = self._server.connections  # oldest first: aiohttp keeps them in connection order
+        # Oldest first: aiohttp keeps them in connection order. One closed but not yet gone (its
+        # connection_lost is still queued) frees its descriptor soon whatever we do: counting it would
+        # only make this shed open connections too many, the newest of which may be a valid delivery.
+        live = [h for h in self._server.connections if h.transport is not None]
         excess = len(live) + 1 - self.cap
         shed = 0
         for spare in (self.requesting | self.storing, self.storing):
             for handler in live:
                 if shed >= excess:
                     break
-                # Closed but not yet gone (its connection_lost is still queued) frees nothing more.
                 if handler.transport is not None and handler not in spare:
                     handler.force_close()
                     shed += 1
