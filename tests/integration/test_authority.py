@@ -12,8 +12,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from structlog.testing import capture_logs
 
-from pidispatch.common.forges import create_http, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
+from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.http import create_http
 from pidispatch.router.authority import Authority
 from pidispatch.router.lookup import (
     Authorized,

@@ -14,8 +14,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from structlog.testing import capture_logs
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.forges import create_http, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
+from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.http import create_http
 from pidispatch.router.identity import resolve_self_ids
 from pidispatch.router.lookup import SelfIds
 from tests.support.forges import (

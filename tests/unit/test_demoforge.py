@@ -8,9 +8,10 @@ from pathlib import Path
 import aiohttp
 
 from pidispatch.common.demoforge import REPO, start_demo_forge
-from pidispatch.common.forges import create_http, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.models import Job, Target
+from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.http import create_http
 from pidispatch.worker.clone import clone_tip
 from pidispatch.worker.forgeapi import forge_api
 

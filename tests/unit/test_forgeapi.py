@@ -13,9 +13,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.common.forges import ForgeConfig, create_http, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.models import Job, Target
+from pidispatch.forges.config import ForgeConfig, load_forge_config
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.http import create_http
 from pidispatch.worker.forgeapi import (
     RATE_LIMITED,
     UNAVAILABLE,

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 import msgspec
 import pytest
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, RESERVED_SECRET_NAMES
-from pidispatch.common.forgeinfo import FORGES, by_name, names
-from pidispatch.common.forges import FORGE_VARIABLES, ForgeConfig
+from pidispatch.forges import FORGES, by_name, names
+from pidispatch.forges.config import FORGE_VARIABLES, ForgeConfig
 from pidispatch.receiver.arms import FALLTHROUGH_FORGE, FORGE_PATHS
 from pidispatch.receiver.config import ReceiverConfig
 from pidispatch.router import identity, pipeline
@@ -29,7 +29,7 @@ def unique(values: list[str]) -> bool:
 def test_names_order_and_lookup() -> None:
     assert names() == ("github", "gitlab", "forgejo", "azure")
     assert all(by_name(f.name) is f for f in FORGES)
-    assert forgeinfo.find("local") is None
+    assert forges.find("local") is None
     with pytest.raises(KeyError):
         by_name("local")
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.common.forges import ForgeConfig, Secret, derive_graph_url, load_forge_config
+from pidispatch.common.secret import Secret
+from pidispatch.forges.azure.config import derive_graph_url
+from pidispatch.forges.config import ForgeConfig, load_forge_config
 
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAtest\n-----END RSA PRIVATE KEY-----\n"
 GUID = "6c3a1b9e-1234-4abc-8def-0123456789ab"

@@ -13,10 +13,10 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from pidispatch.common import github_auth
+from pidispatch.forges.github import auth as github_auth
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.forges import create_http, load_forge_config
-from pidispatch.common.github_auth import (
+from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github.auth import (
     GithubAuth,
     GithubAuthRefused,
     GithubAuthUnavailable,
@@ -27,6 +27,7 @@ from pidispatch.common.github_auth import (
     repo_name,
     require_token,
 )
+from pidispatch.forges.http import create_http
 from tests.support.forges import FakeForge, disconnect, github_forge, raw, reply
 
 

@@ -6,7 +6,7 @@ builds the closed allowlist and refuses a forwarded or resolved name that would 
 
 from __future__ import annotations
 
-from pidispatch.common.forgeinfo import FORGES
+from pidispatch.forges import FORGES
 
 # Where a job's minted forge token goes: every one of its forge's variables, never another forge's.
 FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {f.name: f.token_vars for f in FORGES}

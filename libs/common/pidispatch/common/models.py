@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 
 Fields = dict[str, str]
 
@@ -210,6 +210,6 @@ def record_target(job: Job) -> str | None:
         return job.repo if job.repo.startswith("local:") else f"local:{job.repo}"
     if job.target is None:
         return None
-    forge = forgeinfo.find(job.kind)
+    forge = forges.find(job.kind)
     sep = "!" if job.target.type == "pull_request" and forge is not None and forge.bang_pr else "#"
     return f"{job.repo}{sep}{job.target.number}"

@@ -15,7 +15,11 @@ from typing import NamedTuple, Protocol
 
 from multidict import istr
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
+from pidispatch.forges.azure import FORGE as AZURE
+from pidispatch.forges.forgejo import FORGE as FORGEJO
+from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.gitlab import FORGE as GITLAB
 from pidispatch.receiver.config import AzureConfig, ForgejoConfig, GitHubConfig, GitLabConfig, ReceiverConfig
 from pidispatch.receiver.refusals import (
     AZURE_MISSING_DELIVERY_ID,
@@ -42,9 +46,9 @@ from pidispatch.receiver.verify import (
 )
 
 # Paths with their own forge; every other path falls through to GitHub, so "/" and "/github" reach it.
-FORGE_PATHS: Mapping[str, str] = {f.path: f.name for f in forgeinfo.FORGES if not f.fallthrough}
-FALLTHROUGH_FORGE = forgeinfo.fallthrough().name
-FORGES = forgeinfo.names()
+FORGE_PATHS: Mapping[str, str] = {f.path: f.name for f in forges.FORGES if not f.fallthrough}
+FALLTHROUGH_FORGE = forges.fallthrough().name
+FORGES = forges.names()
 
 # What each forge stores; every other event answers 204 unstored (the router could never act on it).
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review"})
@@ -136,8 +140,8 @@ def _classify_by_header(
 class GitHubArm:
     """GitHub: ``X-Hub-Signature-256`` HMAC over the raw body, event and delivery from headers."""
 
-    name = forgeinfo.GITHUB.name
-    path = forgeinfo.GITHUB.path
+    name = GITHUB.name
+    path = GITHUB.path
     table = GITHUB_TABLE
 
     def __init__(self, config: GitHubConfig) -> None:
@@ -179,8 +183,8 @@ _FORGEJO_IDS = (
 class ForgejoArm:
     """Forgejo/Gitea: GitHub's transport and status rows with Forgejo's own secret and header names."""
 
-    name = forgeinfo.FORGEJO.name
-    path = forgeinfo.FORGEJO.path
+    name = FORGEJO.name
+    path = FORGEJO.path
     table = GITHUB_TABLE
 
     def __init__(self, config: ForgejoConfig) -> None:
@@ -222,8 +226,8 @@ _GITLAB_TOKEN = istr("X-Gitlab-Token")
 class GitLabArm:
     """GitLab: one declared mode, never negotiated from the request; object_kind decides storage."""
 
-    name = forgeinfo.GITLAB.name
-    path = forgeinfo.GITLAB.path
+    name = GITLAB.name
+    path = GITLAB.path
     table = GITHUB_TABLE
 
     def __init__(self, config: GitLabConfig) -> None:
@@ -266,8 +270,8 @@ _AUTHORIZATION = istr("Authorization")
 class AzureArm:
     """Azure DevOps: a static credential (Basic or a custom header), the delivery id from the body."""
 
-    name = forgeinfo.AZURE.name
-    path = forgeinfo.AZURE.path
+    name = AZURE.name
+    path = AZURE.path
     table = AZURE_TABLE
 
     def __init__(self, config: AzureConfig) -> None:

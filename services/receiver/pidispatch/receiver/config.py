@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import SPOOL_MAX_BYTES_DEFAULT
 from pidispatch.common.secret import Secret
@@ -56,7 +56,7 @@ class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def forges(self) -> list[str]:
         # Each forge's block is the field named after it.
-        return [name for name in forgeinfo.names() if getattr(self, name) is not None]
+        return [name for name in forges.names() if getattr(self, name) is not None]
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 
 
 class ReceiverRefusal(NamedTuple):
@@ -121,6 +121,6 @@ REASONS = frozenset(
         AZURE_MISSING_CREDENTIAL,
         AZURE_INVALID_CREDENTIAL,
         AZURE_MISSING_DELIVERY_ID,
-        *(not_configured(forge) for forge in forgeinfo.names()),
+        *(not_configured(forge) for forge in forges.names()),
     )
 )

@@ -23,11 +23,16 @@ from urllib.parse import quote
 import aiohttp
 import yarl
 
-from pidispatch.common.forgeinfo import AZURE, FORGEJO, FORGES, GITHUB, GITLAB
-from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
-from pidispatch.common.github_auth import GithubAuth, api_headers
 from pidispatch.common.log import get_logger
 from pidispatch.common.runtime import MonotonicMsClock, monotonic_ms
+from pidispatch.forges import FORGES
+from pidispatch.forges.azure import FORGE as AZURE
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.forgejo import FORGE as FORGEJO
+from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.github.auth import GithubAuth, api_headers
+from pidispatch.forges.gitlab import FORGE as GITLAB
+from pidispatch.forges.http import BadBody, Reply, Unreachable, call
 from pidispatch.router.lookup import (
     Authorized,
     AzureMembership,

@@ -11,11 +11,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from pidispatch.common import forgeinfo
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
-from pidispatch.common.forges import ForgeConfig, create_http, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
@@ -23,6 +20,11 @@ from pidispatch.common.redis import Redis, bounded, create_redis
 from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.forges import FORGES
+from pidispatch.forges.config import ForgeConfig, load_forge_config
+from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.http import create_http
 from pidispatch.router import events, pipeline
 from pidispatch.router.authority import Authority
 from pidispatch.router.identity import resolve_self_ids
@@ -35,7 +37,7 @@ from pidispatch.router.triggers import load_triggers
 from pidispatch.router.watch import watch_triggers
 
 # Forges whose every firing delivery needs a lookup; GitHub needs one only for close rules.
-_LOOKUP_ALWAYS = tuple(f.name for f in forgeinfo.FORGES if f.lookup_always)
+_LOOKUP_ALWAYS = tuple(f.name for f in FORGES if f.lookup_always)
 
 
 def require_credentials(rules: Rules, config: ForgeConfig) -> None:
@@ -46,7 +48,7 @@ def require_credentials(rules: Rules, config: ForgeConfig) -> None:
         if group.label or group.comment or group.pull_request or group.pr_close or group.issue:
             config.require(forge)
     if rules.github.issue or rules.github.pr_close:
-        config.require(forgeinfo.GITHUB.name)
+        config.require(GITHUB.name)
 
 
 async def serve(_args: argparse.Namespace | None = None) -> int:
@@ -64,7 +66,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     try:
         github_auth = GithubAuth(forges, http) if forges.github.configured else None
         self_ids = await resolve_self_ids(forges, github_auth, http)
-        for forge in forgeinfo.names():
+        for forge in (f.name for f in FORGES):
             if forge not in forges.configured_forges():
                 # No credentials: the harness cannot author events there, so no identity is needed.
                 get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")

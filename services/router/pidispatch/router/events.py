@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import msgspec
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event, decode_fields, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import wire, xrange, xrevrange
 
-FORGES = forgeinfo.names()
+FORGES = forges.names()
 # Set on a replayed entry, so the log and the decision say it was an operator's replay.
 REPLAY_FIELD = "replayed_at"
 

@@ -13,10 +13,10 @@ from typing import Literal
 
 import msgspec
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 from pidispatch.router.rules import Rules
 
-FORGES = forgeinfo.names()
+FORGES = forges.names()
 _WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 # Fixed "why" tokens, rendered for people. Drop reasons reuse their own tokens.

@@ -31,11 +31,16 @@ import aiohttp
 import yarl
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.forgeinfo import AZURE, FORGEJO, FORGES, GITHUB, GITLAB
-from pidispatch.common.forges import BadBody, ForgeConfig, Unreachable, call
-from pidispatch.common.github_auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
 from pidispatch.common.log import get_logger
 from pidispatch.common.runtime import EpochMsClock, now_ms
+from pidispatch.forges import FORGES
+from pidispatch.forges.azure import FORGE as AZURE
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.forgejo import FORGE as FORGEJO
+from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.github.auth import GithubAuth, GithubAuthUnavailable, api_headers, is_transient_status
+from pidispatch.forges.gitlab import FORGE as GITLAB
+from pidispatch.forges.http import BadBody, Unreachable, call
 from pidispatch.router.lookup import SelfIds
 
 Sleep = Callable[[float], Awaitable[Any]]

@@ -15,8 +15,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from pidispatch.common import forgeinfo
 from pidispatch.common.models import Event
+from pidispatch.forges.azure import FORGE as AZURE
+from pidispatch.forges.forgejo import FORGE as FORGEJO
+from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.gitlab import FORGE as GITLAB
 from pidispatch.router import jobs
 from pidispatch.router.decision import Ask, Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Explanation, Trace, rule_listing, safe_word
@@ -70,7 +73,7 @@ def _text(value: Any) -> str | None:
 
 
 class _GitHub:
-    name = forgeinfo.GITHUB.name
+    name = GITHUB.name
 
     def project(self, body: str) -> github_subset.GitHubSubset:
         return github_subset.project(body)
@@ -92,7 +95,7 @@ class _GitHub:
 
 
 class _GitLab:
-    name = forgeinfo.GITLAB.name
+    name = GITLAB.name
 
     def project(self, body: str) -> gitlab_subset.GitLabSubset:
         return gitlab_subset.project(body)
@@ -114,7 +117,7 @@ class _GitLab:
 
 
 class _Forgejo:
-    name = forgeinfo.FORGEJO.name
+    name = FORGEJO.name
 
     def project(self, body: str) -> forgejo_subset.ForgejoSubset:
         return forgejo_subset.project(body)
@@ -136,7 +139,7 @@ class _Forgejo:
 
 
 class _Azure:
-    name = forgeinfo.AZURE.name
+    name = AZURE.name
 
     def project(self, body: str) -> azure_subset.AzureSubset:
         return azure_subset.project(body)

@@ -14,9 +14,9 @@ import stat
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from pidispatch.common import forgeinfo
+from pidispatch import forges
 from pidispatch.common.errors import ConfigError
-from pidispatch.common.forgeinfo import FORGES
+from pidispatch.forges import FORGES
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.refusal import ID_RE, TriggerEntry, TriggerRefusal, integer, nonblank, trim
 from pidispatch.router.rules import (
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 ON_TYPES = ("cron", "label", "comment", "pull_request", "issue")
-FORGE_KINDS = forgeinfo.names()
+FORGE_KINDS = forges.names()
 RUN_KINDS = ("local", *FORGE_KINDS)
 # A rules file is a few KiB; the cap bounds what a mistaken path (a log, an image) can cost to read.
 TRIGGERS_MAX_BYTES = 1024 * 1024

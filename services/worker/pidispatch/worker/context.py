@@ -9,8 +9,6 @@ import aiodocker
 import aiohttp
 from redis.exceptions import RedisError
 
-from pidispatch.common.forges import ForgeConfig, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.health import Health
 from pidispatch.common.keys import JOB_STATE_TTL_S, Keys
 from pidispatch.common.models import Fields
@@ -18,6 +16,8 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import wire
+from pidispatch.forges.config import ForgeConfig, load_forge_config
+from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import Abort
 

@@ -20,11 +20,16 @@ from urllib.parse import urlsplit
 import aiohttp
 import yarl
 
-from pidispatch.common import forgeinfo
-from pidispatch.common.forges import BadBody, ForgeConfig, Reply, Unreachable, call
-from pidispatch.common.github_auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
+from pidispatch import forges
 from pidispatch.common.models import Job
 from pidispatch.common.secret import Secret
+from pidispatch.forges.azure import FORGE as AZURE
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.forgejo import FORGE as FORGEJO
+from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.github.auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
+from pidispatch.forges.gitlab import FORGE as GITLAB
+from pidispatch.forges.http import BadBody, Reply, Unreachable, call
 from pidispatch.worker.forgecheck import (
     RATE_LIMITED,
     UNAVAILABLE,
@@ -171,7 +176,7 @@ class _Client:
 
 
 class GithubApi(_Client):
-    forge = forgeinfo.GITHUB.name
+    forge = GITHUB.name
     variables = "GITHUB_AUTH_SOURCE and its credentials (GITHUB_API_URL for Enterprise Server)"
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
@@ -217,8 +222,8 @@ class GithubApi(_Client):
 
 
 class GitlabApi(_Client):
-    forge = forgeinfo.GITLAB.name
-    variables = forgeinfo.GITLAB.credentials_hint
+    forge = GITLAB.name
+    variables = GITLAB.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
         super().__init__(job, http, config.gitlab.url)
@@ -259,8 +264,8 @@ class GitlabApi(_Client):
 
 
 class ForgejoApi(_Client):
-    forge = forgeinfo.FORGEJO.name
-    variables = forgeinfo.FORGEJO.credentials_hint
+    forge = FORGEJO.name
+    variables = FORGEJO.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
         super().__init__(job, http, config.forgejo.url)
@@ -313,8 +318,8 @@ def strip_username(raw: object) -> object:
 
 
 class AzureApi(_Client):
-    forge = forgeinfo.AZURE.name
-    variables = forgeinfo.AZURE.credentials_hint
+    forge = AZURE.name
+    variables = AZURE.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
         super().__init__(job, http, config.azure.org_url)
@@ -410,4 +415,4 @@ def forge_api(job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
         return ForgejoApi(job, config, http)
     if job.kind == AzureApi.forge:
         return AzureApi(job, config, http)
-    raise JobConfigRefused(f"this job's kind has no forge API; accepted: {', '.join(forgeinfo.names())}")
+    raise JobConfigRefused(f"this job's kind has no forge API; accepted: {', '.join(forges.names())}")

@@ -10,8 +10,8 @@ import re
 from collections.abc import Mapping
 from urllib.parse import quote, urlsplit
 
-from pidispatch.common.github_auth import is_transient_status
 from pidispatch.common.models import Job
+from pidispatch.forges.github.auth import is_transient_status
 from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 # Reason tokens of retried forge faults.

@@ -15,9 +15,9 @@ import os
 from redis.exceptions import RedisError
 
 from pidispatch.common.faults import crash_point
-from pidispatch.common.forgeinfo import FORGES
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
+from pidispatch.forges import FORGES
 from pidispatch.worker import budget
 from pidispatch.worker.clone import clone_tip
 from pidispatch.worker.container import SpecRefused, build_spec, container_name, resolve_image

@@ -19,8 +19,6 @@ from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from pidispatch.common.delayed import run_promoter
-from pidispatch.common.forges import create_http, load_forge_config
-from pidispatch.common.github_auth import GithubAuth
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
@@ -30,6 +28,9 @@ from pidispatch.common.registry import capability_tokens
 from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
+from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.http import create_http
 from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.lifecycle import Hold, process

@@ -24,16 +24,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.forges import (
-    GITHUB_API_DEFAULT,
-    BadBody,
-    ForgeConfig,
-    GithubForge,
-    Unreachable,
-    call,
-)
 from pidispatch.common.runtime import EpochMsClock, now_ms
 from pidispatch.common.secret import Secret
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.github.config import GITHUB_API_DEFAULT, GithubForge
+from pidispatch.forges.http import BadBody, Unreachable, call
 
 API_VERSION = "2022-11-28"
 GH_TIMEOUT_S = 10.0
