@@ -8,7 +8,7 @@ route (``forge.script("permission", reply(502))``): a scripted reply wins over t
 Later issues extend this module (token minting for jobs, comments, git over HTTP) by adding
 ``register_*`` functions and state keys; nothing here is specific to one test file.
 
-Forge jobs (the worker's ``forgeapi``): every fake also serves its repository, branch, protection and
+Forge jobs (each forge's worker ``api``): every fake also serves its repository, branch, protection and
 comment endpoints. ``set_repo(forge, key, ...)`` declares a repository (default branch, tip sha, the clone
 URL to hand out, protected or not); an undeclared one answers 404 like the real API. Posted comments land
 in ``forge.state["comments"]`` (``posted(forge)``); ``forge.answer(route, status)`` scripts a status.

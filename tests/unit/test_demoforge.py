@@ -9,11 +9,11 @@ import aiohttp
 
 from pidispatch.common.demoforge import REPO, start_demo_forge
 from pidispatch.common.models import Job, Target
+from pidispatch.common.runtime import now_ms
 from pidispatch.forges.config import load_forge_config
-from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
 from pidispatch.worker.clone import clone_tip
-from pidispatch.worker.forgeapi import forge_api
+from pidispatch.worker.forge import forge_api, start_forges
 
 
 def demo_job() -> Job:
@@ -25,7 +25,7 @@ async def test_a_forge_job_mints_reads_the_tip_clones_and_answers_against_the_de
     http = create_http()
     try:
         config = load_forge_config(env)
-        api = forge_api(demo_job(), config, http, GithubAuth(config, http))
+        api = forge_api(demo_job(), start_forges(config, http, now_ms))
         token = await api.mint()
         tip = await api.tip(token)
         assert tip.default_branch == "main" and await api.protected(token, "main")

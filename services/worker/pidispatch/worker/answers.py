@@ -13,7 +13,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.worker import sentences
 from pidispatch.worker.context import WorkerContext
-from pidispatch.worker.forgeapi import forge_api
+from pidispatch.worker.forge import forge_api
 from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 
@@ -35,7 +35,7 @@ async def post_answer(ctx: WorkerContext, job: Job, text: str) -> None:
         log.info("comment", job=job.id, text=text)
         return
     try:
-        api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
+        api = forge_api(job, ctx.forge_clients)
         await api.comment(await api.mint(), text)
         log.info("comment_posted", job=job.id)
     except (JobConfigRefused, InfraError, InfraFault) as exc:

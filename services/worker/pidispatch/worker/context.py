@@ -17,7 +17,7 @@ from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import wire
 from pidispatch.forges.config import ForgeConfig, load_forge_config
-from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.worker.forge import MakeClient
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import Abort
 
@@ -39,7 +39,8 @@ class WorkerContext:
     # Forge access for forge jobs (tokens, tips, protection, comments); None in a worker without HTTP.
     forges: ForgeConfig = field(default_factory=lambda: load_forge_config({}))
     http: aiohttp.ClientSession | None = None
-    github_auth: GithubAuth | None = None
+    # Each forge's client maker, by forge name: built once with ``http`` (a forge's token source lives here).
+    forge_clients: Mapping[str, MakeClient] = field(default_factory=dict)
 
     @property
     def host(self) -> str:

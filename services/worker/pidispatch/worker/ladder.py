@@ -24,7 +24,7 @@ from pidispatch.worker.container import SpecRefused, build_spec, container_name,
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.environment import container_env
 from pidispatch.worker.exitline import parse_exit_line
-from pidispatch.worker.forgeapi import Tip, forge_api
+from pidispatch.worker.forge import Tip, forge_api
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import inspect_folder, local_user
 from pidispatch.worker.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
@@ -135,7 +135,7 @@ async def _forge_gates(ctx: WorkerContext, job: Job) -> tuple[str, Tip] | JobRef
     try:
         if ctx.http is None:  # only a worker built without its HTTP session (a test) gets here
             raise JobConfigRefused("no HTTP client for forge calls")
-        api = forge_api(job, ctx.forges, ctx.http, ctx.github_auth)
+        api = forge_api(job, ctx.forge_clients)
         token = await api.mint()
         tip = await api.protected_tip(token)
         if tip is None:

@@ -29,9 +29,9 @@ from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
 from pidispatch.forges.config import load_forge_config
-from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
 from pidispatch.worker.context import Held, WorkerContext
+from pidispatch.worker.forge import start_forges
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.lifecycle import Hold, process
 from pidispatch.worker.mirror import Mirror
@@ -91,8 +91,7 @@ class Worker:
             daily_cap=self.settings.daily_cap,
         )
         self.ctx.http = create_http()
-        if self.ctx.forges.github.configured:
-            self.ctx.github_auth = GithubAuth(self.ctx.forges, self.ctx.http, self.ctx.clock)
+        self.ctx.forge_clients = start_forges(self.ctx.forges, self.ctx.http, self.ctx.clock)
         background = [
             asyncio.create_task(self.upkeep.run_heartbeat()),
             asyncio.create_task(self.upkeep.run_cancel_poll()),
