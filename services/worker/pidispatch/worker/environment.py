@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pidispatch import forges
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
 from pidispatch.common.models import Job
 from pidispatch.common.settings import ENV_NAME_RE, Settings
@@ -41,11 +42,12 @@ def effective_models(job: Job, settings: Settings) -> tuple[str, ...]:
 
 
 def token_vars(job: Job) -> tuple[str, ...]:
-    """Where a job's minted forge token goes; a local job that asked for one gets GitHub's.
+    """Where a job's minted forge token goes; a local job that asked for one gets the default forge's
+    (the registry's fallthrough forge, GitHub).
 
     Raises ``JobConfigRefused`` for a kind with no table entry: never a default forge.
     """
-    kind = "github" if job.kind == "local" else job.kind
+    kind = forges.fallthrough().name if job.kind == "local" else job.kind
     names = FORGE_TOKEN_VARS.get(kind)
     if names is None:
         raise JobConfigRefused(
