@@ -42,8 +42,6 @@ from typing import Any
 import aiodocker
 import yarl
 
-from pidispatch.common.demoforge import REPO as DEMO_REPO
-from pidispatch.common.demoforge import DemoForge, start_demo_forge
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
@@ -51,6 +49,8 @@ from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.forges.github.standin import REPO as DEMO_REPO
+from pidispatch.forges.github.standin import DemoForge, start_demo_forge
 from pidispatch.worker import dockerapi
 from pidispatch.worker.container import (
     CONTAINER_HOME,

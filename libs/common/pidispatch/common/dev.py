@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -29,6 +27,10 @@ from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import load_settings
 
+# The forge `dev` stands in for when none is configured (its ``standin``): the sample rule's jobs run
+# there and the printed delivery is its webhook.
+from pidispatch.forges.github import FORGE as DEMO_FORGE
+
 SERVICES = ("receiver", "router", "worker")
 DEMO_LABEL = "pi:demo"
 DEMO_IMAGE = "pi-dispatch-demo:latest"
@@ -39,7 +41,7 @@ STOP_BUDGET_S = 5.0
 
 SAMPLE_TRIGGERS = {
     "triggers": [
-        {"on": {"type": "label", "any": [DEMO_LABEL]}, "run": {"kind": "github", "flow": "demo"}},
+        {"on": {"type": "label", "any": [DEMO_LABEL]}, "run": {"kind": DEMO_FORGE.name, "flow": "demo"}},
     ]
 }
 
@@ -55,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def demo_curl(args: argparse.Namespace) -> int:
     """A new delivery id and a new issue number, so neither dedup layer swallows it."""
+    from pidispatch.forges.github import standin  # only the demo commands need aiohttp's server
+
     secret = os.environ.get("WEBHOOK_SECRET", "").strip()
     if not secret:
         path = Path(args.dir) / "webhook-secret"
@@ -65,9 +69,13 @@ def demo_curl(args: argparse.Namespace) -> int:
         secret = path.read_text().strip()
     port = load_settings().receiver_port
     number = secrets.randbelow(9000) + 2
-    body = demo_delivery(number)
-    print(signed_curl(f"http://127.0.0.1:{port}/github", secret, body, str(uuid.uuid4())))
+    body = standin.demo_delivery(number)
+    print(standin.signed_curl(webhook_url(port), secret, body, str(uuid.uuid4())))
     return 0
+
+
+def webhook_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}{DEMO_FORGE.path}"
 
 
 async def dev(args: argparse.Namespace) -> int:
@@ -76,17 +84,17 @@ async def dev(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     redis_proc: asyncio.subprocess.Process | None = None
     children: dict[str, asyncio.subprocess.Process] = {}
-    from pidispatch.common.demoforge import DemoForge, start_demo_forge  # only dev needs aiohttp's server
+    from pidispatch.forges.github import standin  # only the demo commands need aiohttp's server
 
-    forge: DemoForge | None = None
+    forge: standin.DemoForge | None = None
     try:
         await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
         if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
             redis_proc, env["REDIS_URL"] = await _start_redis(state / "redis")
         env = await asyncio.to_thread(_prepare_env, state, env)
-        if not env.get("GITHUB_AUTH_SOURCE"):
-            # No GitHub configured: the demo rule's jobs clone demo/hello from a stand-in on 127.0.0.1.
-            forge, forge_env = await start_demo_forge(state)
+        if not standin.credentials_set(env):
+            # The demo forge is not configured: the demo rule's jobs clone demo/hello from a stand-in.
+            forge, forge_env = await standin.start_demo_forge(state)
             env.update(forge_env)
         settings = load_settings(env)  # validates everything before any child starts
         env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
@@ -262,35 +270,6 @@ async def _wait_healthy(
     return False
 
 
-def demo_delivery(number: int = 1) -> bytes:
-    """A compact ``issues.labeled`` delivery that fires the sample rule."""
-    payload = {
-        "action": "labeled",
-        "issue": {
-            "number": number,
-            "title": "Say hello",
-            "body": "A demo issue: the agent should leave a file in its workspace.",
-            "labels": [{"name": DEMO_LABEL}],
-        },
-        "label": {"name": DEMO_LABEL},
-        "repository": {"full_name": "demo/hello"},
-        "sender": {"id": 1, "login": "demo"},
-    }
-    return json.dumps(payload, separators=(",", ":")).encode()
-
-
-def signed_curl(url: str, secret: str, body: bytes, delivery: str) -> str:
-    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return " ".join([
-        "curl -sS -i", shlex.quote(url),
-        "-H 'Content-Type: application/json'",
-        "-H 'X-GitHub-Event: issues'",
-        "-H", shlex.quote(f"X-GitHub-Delivery: {delivery}"),
-        "-H", shlex.quote(f"X-Hub-Signature-256: {signature}"),
-        "--data-binary", shlex.quote(body.decode()),
-    ])
-
-
 def _cli_path() -> str:
     """The command as a new shell can run it: the venv's script by its path (a new shell has no venv)."""
     beside = os.path.join(os.path.dirname(sys.executable), "pi-dispatch")
@@ -298,8 +277,10 @@ def _cli_path() -> str:
 
 
 def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) -> None:
-    url = f"http://127.0.0.1:{port}/github"
-    curl = signed_curl(url, env["WEBHOOK_SECRET"], demo_delivery(), str(uuid.uuid4()))
+    from pidispatch.forges.github import standin
+
+    url = webhook_url(port)
+    curl = standin.signed_curl(url, env["WEBHOOK_SECRET"], standin.demo_delivery(), str(uuid.uuid4()))
     rc = f"{find_redis_cli() or 'redis-cli'} -u {env['REDIS_URL']}"
     # What the CLI in another terminal needs to see this deployment: its Redis, rules and run records.
     shared = ("REDIS_URL", "PI_TRIGGERS_FILE", "PI_LOGS_DIR")
@@ -312,7 +293,7 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
         f"  triggers     {env['PI_TRIGGERS_FILE']}\n"
         f"  run records  {logs_dir}\n"
         f"  job image    {env['PI_JOB_IMAGE']}\n"
-        "\nFire the sample rule (a GitHub 'issues labeled pi:demo' delivery, signed):\n\n"
+        f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
         f"with flow 'demo' once per 10 minutes. `{cli} demo-curl` prints a fresh delivery.\n"

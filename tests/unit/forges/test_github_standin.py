@@ -1,16 +1,20 @@
-"""The stand-in GitHub that ``pi-dispatch dev`` starts: the API calls a forge job makes, and a clone."""
+"""The stand-in GitHub that ``pi-dispatch dev`` starts: the API calls a forge job makes, a clone, and the
+signed delivery it prints."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import shlex
 from pathlib import Path
 
 import aiohttp
 
-from pidispatch.common.demoforge import REPO, start_demo_forge
 from pidispatch.common.models import Job, Target
 from pidispatch.common.runtime import now_ms
 from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github.standin import REPO, demo_delivery, signed_curl, start_demo_forge
 from pidispatch.forges.http import create_http
 from pidispatch.worker.clone import clone_tip
 from pidispatch.worker.forge import forge_api, start_forges
@@ -70,3 +74,15 @@ async def test_the_token_and_repository_survive_a_restart(tmp_path: Path) -> Non
     await second.close()
     assert env1["GITHUB_PAT"] == env2["GITHUB_PAT"]
     assert (tmp_path / "demo-forge" / "token").stat().st_mode & 0o777 == 0o600
+
+
+def test_printed_curl_is_signed_over_exactly_the_bytes_it_sends() -> None:
+    body = demo_delivery()
+    argv = shlex.split(signed_curl("http://127.0.0.1:3000/github", "s3cret", body, "d-1"))
+    sent = argv[argv.index("--data-binary") + 1].encode()
+    headers = [argv[i + 1] for i, a in enumerate(argv) if a == "-H"]
+    sig = next(h.split(": ", 1)[1] for h in headers if h.startswith("X-Hub-Signature-256"))
+    assert sent == body
+    assert sig == "sha256=" + hmac.new(b"s3cret", sent, hashlib.sha256).hexdigest()
+    assert "X-GitHub-Delivery: d-1" in headers
+    assert "X-GitHub-Event: issues" in headers

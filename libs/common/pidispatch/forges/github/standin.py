@@ -1,23 +1,30 @@
-"""A stand-in GitHub for ``pi-dispatch dev``: the few API calls a forge job makes, and git over HTTP.
+"""A stand-in GitHub for ``pi-dispatch dev``: the few API calls a forge job makes, git over HTTP, and the
+signed delivery that fires dev's sample rule.
 
 The first run of ``dev`` has no GitHub credentials and no repository, yet a forge job must mint a token,
 read the default branch's tip, check its protection, clone it and answer on the issue. This serves
 ``demo/hello`` from a bare repository under ``.pi-dispatch/demo-forge/`` on 127.0.0.1, with a generated
 token that the worker uses like a personal access token. It is only ever started by ``dev``, and only
-when no GitHub credentials are configured.
+when no GitHub credentials are configured (``credentials_set``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
+import json
 import os
 import secrets
+import shlex
 from base64 import b64decode
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from pidispatch.common.dev import DEMO_LABEL
 
 REPO = "demo/hello"
 BRANCH = "main"
@@ -191,3 +198,38 @@ async def start_demo_forge(state_dir: Path) -> tuple[DemoForge, dict[str, str]]:
     forge = DemoForge(root, token)
     url = await forge.start()
     return forge, {"GITHUB_AUTH_SOURCE": "pat", "GITHUB_PAT": token, "GITHUB_API_URL": url}
+
+
+def credentials_set(env: Mapping[str, str]) -> bool:
+    """Whether the operator configured GitHub; then ``dev`` uses it and starts no stand-in."""
+    return bool(env.get("GITHUB_AUTH_SOURCE"))
+
+
+def demo_delivery(number: int = 1) -> bytes:
+    """A compact ``issues.labeled`` delivery that fires the sample rule."""
+    payload = {
+        "action": "labeled",
+        "issue": {
+            "number": number,
+            "title": "Say hello",
+            "body": "A demo issue: the agent should leave a file in its workspace.",
+            "labels": [{"name": DEMO_LABEL}],
+        },
+        "label": {"name": DEMO_LABEL},
+        "repository": {"full_name": REPO},
+        "sender": {"id": 1, "login": "demo"},
+    }
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def signed_curl(url: str, secret: str, body: bytes, delivery: str) -> str:
+    """A ``curl`` that posts ``body`` as GitHub would: its event and delivery headers, HMAC-SHA256 signed."""
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return " ".join([
+        "curl -sS -i", shlex.quote(url),
+        "-H 'Content-Type: application/json'",
+        "-H 'X-GitHub-Event: issues'",
+        "-H", shlex.quote(f"X-GitHub-Delivery: {delivery}"),
+        "-H", shlex.quote(f"X-Hub-Signature-256: {signature}"),
+        "--data-binary", shlex.quote(body.decode()),
+    ])
