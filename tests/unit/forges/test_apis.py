@@ -11,9 +11,12 @@ import aiohttp
 import pytest
 
 from pidispatch.common.models import Job, Target
+from pidispatch.common.runtime import now_ms
+from pidispatch.forges import FORGES as REGISTRY
+from pidispatch.forges import names
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.worker.forge import Tip
+from pidispatch.worker.forge import Tip, start_forges
 from pidispatch.worker.forgecheck import RATE_LIMITED, UNAVAILABLE
 from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 from tests.support.forgecases import (
@@ -309,6 +312,13 @@ async def test_a_forge_without_credentials_refuses_naming_the_variable(
     job = Case(kind, FakeForge(kind), config, http, None, "", ROUTES[kind]).job()
     with pytest.raises(JobConfigRefused, match=variable):
         await client(job, config, http).mint()
+
+
+def test_every_forge_in_the_registry_gives_the_worker_a_client() -> None:
+    clients = start_forges(load_forge_config({}), None, now_ms)  # type: ignore[arg-type]
+    assert set(clients) == set(names())
+    for f in REGISTRY:
+        assert callable(f.worker().start(load_forge_config({}), None, now_ms))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kind", ["local", "bitbucket", ""])
