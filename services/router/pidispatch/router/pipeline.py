@@ -17,9 +17,17 @@ import msgspec
 
 from pidispatch.common.models import Event
 from pidispatch.forges.azure import FORGE as AZURE
+from pidispatch.forges.azure import match as azure_match
+from pidispatch.forges.azure import payload as azure_subset
 from pidispatch.forges.forgejo import FORGE as FORGEJO
+from pidispatch.forges.forgejo import match as forgejo_match
+from pidispatch.forges.forgejo import payload as forgejo_subset
 from pidispatch.forges.github import FORGE as GITHUB
+from pidispatch.forges.github import match as github_match
+from pidispatch.forges.github import payload as github_subset
 from pidispatch.forges.gitlab import FORGE as GITLAB
+from pidispatch.forges.gitlab import match as gitlab_match
+from pidispatch.forges.gitlab import payload as gitlab_subset
 from pidispatch.router import jobs
 from pidispatch.router.decision import Ask, Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Explanation, Trace, rule_listing, safe_word
@@ -31,17 +39,9 @@ from pidispatch.router.lookup import (
     Question,
     SelfIds,
 )
-from pidispatch.router.match import azure as azure_match
-from pidispatch.router.match import forgejo as forgejo_match
-from pidispatch.router.match import github as github_match
-from pidispatch.router.match import gitlab as gitlab_match
 from pidispatch.router.match.common import is_int
 from pidispatch.router.rules import Rules
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.subsets import azure as azure_subset
-from pidispatch.router.subsets import forgejo as forgejo_subset
-from pidispatch.router.subsets import github as github_subset
-from pidispatch.router.subsets import gitlab as gitlab_subset
 
 __all__ = ["Ask", "Drop", "Fire", "MalformedPayload", "explain", "plan", "resume"]
 
