@@ -83,7 +83,7 @@ class RouterForge(Protocol):
         ...
 
     async def resolve_self(self, calls: IdentityCalls) -> object:
-        """Ask the forge who the harness is; ``Transient`` or ``ConfigError`` when it cannot."""
+        """Ask the forge who the harness is; ``IdentityTransient`` or ``ConfigError`` when it cannot."""
         ...
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:

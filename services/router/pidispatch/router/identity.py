@@ -43,7 +43,7 @@ REQUEST_TIMEOUT_S = 10.0
 VARIABLES = {f.name: f.identity_hint for f in FORGES}
 
 
-class Transient(Exception):
+class IdentityTransient(Exception):
     """This attempt failed in a way a later one may not (network, 5xx, rate limit, bad JSON)."""
 
     def __init__(self, reason: str) -> None:
@@ -59,17 +59,17 @@ class IdentityCalls:
 
     async def json(self, forge: str, what: str, url: str | yarl.URL, headers: Mapping[str, str], *,
                    denied: str | None = None) -> Any:
-        """The 2xx body of one GET; ``Transient`` or ``ConfigError`` otherwise. ``denied`` explains a
-        401/403 where the forge has a known reason for one."""
+        """The 2xx body of one GET; ``IdentityTransient`` or ``ConfigError`` otherwise. ``denied``
+        explains a 401/403 where the forge has a known reason for one."""
         try:
             reply = await call(self.http, "GET", url, headers=headers, timeout_s=REQUEST_TIMEOUT_S)
         except Unreachable as exc:
-            raise Transient(exc.reason) from None
+            raise IdentityTransient(exc.reason) from None
         except BadBody:
-            raise Transient("bad-json") from None
+            raise IdentityTransient("bad-json") from None
         if not reply.ok:
             if is_transient_status(reply.status, reply.headers):
-                raise Transient(f"status-{reply.status}")
+                raise IdentityTransient(f"status-{reply.status}")
             problem = f"could not resolve the {forge} identity: {what} answered {reply.status}"
             if denied is not None and reply.status in (401, 403):
                 raise ConfigError(f"{problem}; {denied}")
@@ -77,7 +77,7 @@ class IdentityCalls:
         try:
             return reply.json()
         except BadBody:
-            raise Transient("bad-json") from None
+            raise IdentityTransient("bad-json") from None
 
     @staticmethod
     def id(forge: str, what: str, body: Any) -> int:
@@ -103,7 +103,7 @@ async def _retrying(
             return await asyncio.wait_for(attempt(), attempt_timeout_s)
         except TimeoutError:
             reason = "timeout"
-        except Transient as exc:
+        except IdentityTransient as exc:
             reason = exc.reason
         remaining_s = (deadline - clock()) / 1000
         if remaining_s <= 0:

@@ -15,7 +15,7 @@ import yarl
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, GithubAuthUnavailable, api_headers
-from pidispatch.router.identity import IdentityCalls, Transient
+from pidispatch.router.identity import IdentityCalls, IdentityTransient
 
 NAME = FORGE.name
 
@@ -24,7 +24,7 @@ async def _token(auth: GithubAuth, **kwargs: Any) -> str:
     try:
         return await auth.token(**kwargs)
     except GithubAuthUnavailable as exc:
-        raise Transient(f"token-{exc.reason}") from None
+        raise IdentityTransient(f"token-{exc.reason}") from None
 
 
 async def resolve(calls: IdentityCalls) -> int:
