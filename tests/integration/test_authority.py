@@ -12,18 +12,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from structlog.testing import capture_logs
 
+from pidispatch.forges.azure.authority import AzureMembership
 from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.forgejo.authority import ForgejoPermission
 from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.github.authority import GithubCloser
+from pidispatch.forges.gitlab.authority import GitlabMember
 from pidispatch.forges.http import create_http
 from pidispatch.router.authority import Authority
-from pidispatch.router.lookup import (
-    Authorized,
-    AzureMembership,
-    ForgejoPermission,
-    GithubCloser,
-    GitlabMember,
-    Indeterminate,
-)
+from pidispatch.router.lookup import Authorized, Indeterminate
 from tests.support.forges import (
     FakeForge,
     Scripted,
@@ -110,8 +107,8 @@ async def az() -> AsyncIterator[FakeForge]:
 
 def authority(env: dict[str, str], http: aiohttp.ClientSession, clock: Clock | None = None) -> Authority:
     config = load_forge_config(env)
-    auth = GithubAuth(config, http) if config.github.configured else None
-    return Authority(config, auth, http, clock or Clock())
+    sources = {"github": GithubAuth(config, http)} if config.github.configured else {}
+    return Authority(config, sources, http, clock or Clock())
 
 
 def gh_env(forge: FakeForge) -> dict[str, str]:

@@ -33,16 +33,16 @@ from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings
+from pidispatch.forges.azure import match as match_azure
+from pidispatch.forges.azure import payload as subset_azure
+from pidispatch.forges.forgejo import match as match_forgejo
+from pidispatch.forges.forgejo import payload as subset_forgejo
+from pidispatch.forges.gitlab import match as match_gitlab
+from pidispatch.forges.gitlab import payload as subset_gitlab
 from pidispatch.router.decision import Fire
 from pidispatch.router.lookup import SelfIds
-from pidispatch.router.match import azure as match_azure
-from pidispatch.router.match import forgejo as match_forgejo
-from pidispatch.router.match import gitlab as match_gitlab
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
-from pidispatch.router.subsets import azure as subset_azure
-from pidispatch.router.subsets import forgejo as subset_forgejo
-from pidispatch.router.subsets import gitlab as subset_gitlab
 from pidispatch.worker import sentences
 from tests.support.forges import (
     ISSUE_REPO,

@@ -84,7 +84,8 @@ async def resolve(env: dict[str, str], http: aiohttp.ClientSession, t: FakeTime 
     t = t or FakeTime()
     config = load_forge_config(env)
     auth = GithubAuth(config, http, t.clock, **kwargs) if config.github.configured else None  # type: ignore[arg-type]
-    return await resolve_self_ids(config, auth, http, t.clock, sleep=t.sleep)
+    sources = {"github": auth} if auth is not None else {}
+    return await resolve_self_ids(config, sources, http, t.clock, sleep=t.sleep)
 
 
 async def test_each_forge_is_asked_who_the_harness_is(

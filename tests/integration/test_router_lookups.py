@@ -15,7 +15,8 @@ from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
-from pidispatch.router.lookup import Authorized, GitlabMember, Indeterminate, Question, SelfIds, Verdict
+from pidispatch.forges.gitlab.authority import GitlabMember
+from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import parse_triggers

@@ -9,8 +9,12 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import Event, encode_job
+from pidispatch.forges.azure.authority import AzureMembership
+from pidispatch.forges.forgejo.authority import ForgejoPermission
+from pidispatch.forges.github.authority import GithubCloser
+from pidispatch.forges.gitlab.authority import GitlabMember
 from pidispatch.router.jobs import semantic_key
-from pidispatch.router.lookup import AzureMembership, ForgejoPermission, GithubCloser, GitlabMember, SelfIds
+from pidispatch.router.lookup import SelfIds
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.pipeline import Ask, Drop, Fire, MalformedPayload, plan, resume
 from pidispatch.router.rules import (

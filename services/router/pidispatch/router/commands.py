@@ -22,13 +22,12 @@ from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.forges import FORGES
 from pidispatch.forges.config import ForgeConfig, load_forge_config
-from pidispatch.forges.github import FORGE as GITHUB
-from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
 from pidispatch.router import events, pipeline
 from pidispatch.router.authority import Authority
-from pidispatch.router.identity import resolve_self_ids
-from pidispatch.router.lookup import Question, SelfIds, Verdict
+from pidispatch.router.forge import token_sources
+from pidispatch.router.identity import explicit_self_ids, resolve_self_ids
+from pidispatch.router.lookup import Question, Verdict
 from pidispatch.router.reroute import run_rerouter
 from pidispatch.router.rules import Rules, RulesRef
 from pidispatch.router.service import consumer_name, run_router
@@ -36,19 +35,14 @@ from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.triggers import load_triggers
 from pidispatch.router.watch import watch_triggers
 
-# Forges whose every firing delivery needs a lookup; GitHub needs one only for close rules.
-_LOOKUP_ALWAYS = tuple(f.name for f in FORGES if f.lookup_always)
-
 
 def require_credentials(rules: Rules, config: ForgeConfig) -> None:
     """Rules that can only fire after a forge lookup need that forge's credentials: refuse to start
     without them (exit 2) rather than park every such event as ``lookup-failed``."""
-    for forge in _LOOKUP_ALWAYS:
-        group = rules.group(forge)
-        if group.label or group.comment or group.pull_request or group.pr_close or group.issue:
-            config.require(forge)
-    if rules.github.issue or rules.github.pr_close:
-        config.require(GITHUB.name)
+    # Forges that ask about every delivery first: the order these refusals have always come in.
+    for forge in sorted(FORGES, key=lambda f: not f.lookup_always):
+        if forge.router().needs_lookup(rules.group(forge.name)):
+            config.require(forge.name)
 
 
 async def serve(_args: argparse.Namespace | None = None) -> int:
@@ -64,13 +58,13 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     http = create_http()
     redis = create_redis(settings.redis_url)
     try:
-        github_auth = GithubAuth(forges, http) if forges.github.configured else None
-        self_ids = await resolve_self_ids(forges, github_auth, http)
+        sources = token_sources(forges, http)
+        self_ids = await resolve_self_ids(forges, sources, http)
         for forge in (f.name for f in FORGES):
             if forge not in forges.configured_forges():
                 # No credentials: the harness cannot author events there, so no identity is needed.
                 get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")
-        authority = Authority(forges, github_auth, http)
+        authority = Authority(forges, sources, http)
 
         async def ask(question: Question, delivery: str) -> Verdict:
             return await authority.ask(question, delivery=delivery)
@@ -153,11 +147,7 @@ async def explain_command(args: argparse.Namespace) -> int:
     settings, redis, _entry, event = await _stored(args)
     await redis.aclose()
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
-    forges = load_forge_config()
-    self_ids = SelfIds(
-        github=forges.github.self_id, gitlab=forges.gitlab.self_id, forgejo=forges.forgejo.bot_id,
-        azure_id=forges.azure.self_id, azure_email=forges.azure.self_email,
-    )
+    self_ids = explicit_self_ids(load_forge_config())
     authorized = {"yes": True, "no": False}.get(args.assume_authorized)
     try:
         explanation = pipeline.explain(event, rules, self_ids, authorized)

@@ -1,9 +1,97 @@
-"""What a forge package gives the router: ``pidispatch.forges.<name>.route.ROUTE``."""
+"""What a forge package gives the router: ``pidispatch.forges.<name>.route.ROUTE``.
+
+The generic modules (pipeline, authority, identity, triggers, runfields, commands) iterate
+``pidispatch.forges.FORGES`` and call ``forge.router()`` for everything that differs between forges;
+none of them names a forge. The route modules import router modules freely (they load lazily, on the
+first ``router()`` call), so this module only names their types.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pidispatch.forges import FORGES
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from pidispatch.common.models import Event
+    from pidispatch.forges.config import ForgeConfig
+    from pidispatch.router.authority import Authority
+    from pidispatch.router.decision import Decision
+    from pidispatch.router.explain import Trace
+    from pidispatch.router.identity import IdentityCalls
+    from pidispatch.router.lookup import Question, SelfIds
+    from pidispatch.router.refusal import TriggerEntry
+    from pidispatch.router.rules import ForgeGroup, Rules
+
+# Each forge's own credential object (a token source), keyed by forge name: opaque here, read only by
+# that forge's identity and authority code. Forges whose config holds a plain token have none.
+TokenSources = Mapping[str, object]
 
 
 class RouterForge(Protocol):
+    """One forge to the router: its projection and filter, the question it asks and how it asks it, who
+    the harness is there, and what its rules may say beyond the shared fields."""
+
     name: str
+    # triggers.json: on.reviewState is accepted on this forge's pull_request rules.
+    review_states: bool
+    # Why any/all/none are refused on its pull_request rules (it has no pull-request labels), or None.
+    pr_selectors_refused: str | None
+    # The on types whose run needs run.repository (the item names none); every other rule refuses it.
+    repository_on: tuple[str, ...]
+    # Added to the on.number refusal where the forge's item number is not the obvious one, or None.
+    item_number_note: str | None
+
+    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
+        """Validated cron ``run`` fields that only this forge defines, in the scheduler's names."""
+        ...
+
+    def needs_lookup(self, group: ForgeGroup) -> bool:
+        """Can some of these rules fire only after an authority lookup (so credentials are required)?"""
+        ...
+
+    def project(self, body: str) -> Any: ...
+
+    def decide(
+        self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any, trace: Trace
+    ) -> Decision: ...
+
+    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
+        """Would the verdict change this (firing) delivery's outcome?"""
+        ...
+
+    def question(self, event: Event, subset: Any) -> Question | None:
+        """None when the question cannot even be put (no login, no project id): refused, no call."""
+        ...
+
+    def action(self, event: Event, subset: Any) -> Any: ...
+
+    async def authorize(self, question: Question, authority: Authority) -> bool:
+        """Answer this forge's question through ``authority``'s HTTP helpers; ``CannotAnswer`` when the
+        forge cannot say."""
+        ...
+
+    def token_source(self, config: ForgeConfig, http: aiohttp.ClientSession) -> object | None:
+        """The credential object its lookups need beyond its config block, or None."""
+        ...
+
+    def explicit_self(self, config: ForgeConfig) -> object | None:
+        """The harness's identity as the operator set it (no lookup), or None."""
+        ...
+
+    async def resolve_self(self, calls: IdentityCalls) -> object:
+        """Ask the forge who the harness is; ``IdentityTransient`` or ``ConfigError`` when it cannot."""
+        ...
+
+    def with_self(self, ids: SelfIds, value: object) -> SelfIds:
+        """``ids`` with this forge's identity set to ``value`` (what the two methods above return)."""
+        ...
+
+
+def token_sources(config: ForgeConfig, http: aiohttp.ClientSession) -> TokenSources:
+    """Every forge's token source, built once at start and shared by identity and authority."""
+    found = ((f.name, f.router().token_source(config, http)) for f in FORGES)
+    return {name: source for name, source in found if source is not None}

@@ -13,7 +13,8 @@ from pidispatch.router.rules import RunSpec
 JOB_ID_PREFIX = {f.name: f.job_id_prefix for f in FORGES}
 # Forges whose pull requests number apart from issues, so a PR key needs its own separator.
 _BANG_PR_KINDS = frozenset(f.name for f in FORGES if f.bang_pr)
-_CLOSE_ACTIONS = frozenset({"closed", "close"})
+# Every forge's word for a pull request close (an issue close is told by its trigger type).
+_CLOSE_ACTIONS = frozenset(f.pr_close_word for f in FORGES if f.pr_close_word is not None)
 
 
 class JobIdError(ValueError):

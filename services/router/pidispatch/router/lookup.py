@@ -7,11 +7,17 @@ for the lookup itself; none of it is ever logged, stored or enqueued.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
 
 
 class SelfIds(msgspec.Struct, frozen=True, kw_only=True):
-    """The harness's own identity per forge (bot-loop guard); None = not known / not needed."""
+    """The harness's own identity per forge (bot-loop guard); None = not known / not needed.
+
+    Typed per forge on purpose: a numeric id where the forge has one, a GUID and an address on Azure;
+    each forge's route reads and writes its own fields (``RouterForge.with_self``).
+    """
 
     github: int | None = None
     gitlab: int | None = None
@@ -20,32 +26,11 @@ class SelfIds(msgspec.Struct, frozen=True, kw_only=True):
     azure_email: str | None = None  # lower-cased
 
 
-class GithubCloser(msgspec.Struct, frozen=True, kw_only=True):
-    """May this login close items in this repo? (only asked for a close a close rule wants)"""
+class Question(msgspec.Struct, frozen=True, kw_only=True):
+    """What a filter needs a forge to answer; each forge's question type subclasses it in its own
+    package (``pidispatch.forges.<name>.authority``) and ``forge`` says whose route answers it."""
 
-    repo: str
-    login: str
-
-
-class GitlabMember(msgspec.Struct, frozen=True, kw_only=True):
-    project_id: int
-    user_id: int
-
-
-class ForgejoPermission(msgspec.Struct, frozen=True, kw_only=True):
-    repo: str
-    login: str
-
-
-class AzureMembership(msgspec.Struct, frozen=True, kw_only=True):
-    """Actor by GUID or, failing that, email; project by id."""
-
-    project_id: str | None
-    actor_id: str | None = None
-    actor_email: str | None = None
-
-
-Question = GithubCloser | GitlabMember | ForgejoPermission | AzureMembership
+    forge: ClassVar[str]
 
 
 class Authorized(msgspec.Struct, frozen=True):

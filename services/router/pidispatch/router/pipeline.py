@@ -2,171 +2,51 @@
 forge lookup is needed first. Pure; the service does the I/O (the lookup, the enqueue, the record).
 
 A lookup is asked for (``Ask``) only when the delivery would fire if the actor were authorised and the
-forge gates it: GitHub for a close some close rule wants, GitLab/Forgejo/Azure for any delivery that
-would fire. A delivery that cannot fire whatever the verdict returns the filter's own reason without a
-lookup (a forge is asked only when its answer can change the outcome: so a guest's push reads
-``unhandled-event``, not ``author-not-allowed``; fire/no-fire is the same either way). The
-missing-sender and self guards run before any question, so neither ever costs a lookup.
+forge's route says its verdict could change the outcome (``RouterForge.gated``: on GitHub only a close
+some close rule wants, elsewhere any delivery that would fire). A delivery that cannot fire whatever
+the verdict returns the filter's own reason without a lookup (a forge is asked only when its answer can
+change the outcome: so a guest's push reads ``unhandled-event``, not ``author-not-allowed``;
+fire/no-fire is the same either way). The missing-sender and self guards run before any question, so
+neither ever costs a lookup.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import msgspec
 
+from pidispatch import forges
 from pidispatch.common.models import Event
-from pidispatch.forges.azure import FORGE as AZURE
-from pidispatch.forges.forgejo import FORGE as FORGEJO
-from pidispatch.forges.github import FORGE as GITHUB
-from pidispatch.forges.gitlab import FORGE as GITLAB
 from pidispatch.router import jobs
-from pidispatch.router.decision import Ask, Decision, Drop, Fire
+from pidispatch.router.decision import Ask, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Explanation, Trace, rule_listing, safe_word
-from pidispatch.router.lookup import (
-    AzureMembership,
-    ForgejoPermission,
-    GithubCloser,
-    GitlabMember,
-    Question,
-    SelfIds,
-)
-from pidispatch.router.match import azure as azure_match
-from pidispatch.router.match import forgejo as forgejo_match
-from pidispatch.router.match import github as github_match
-from pidispatch.router.match import gitlab as gitlab_match
-from pidispatch.router.match.common import is_int
+from pidispatch.router.forge import RouterForge
+from pidispatch.router.lookup import SelfIds
 from pidispatch.router.rules import Rules
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.subsets import azure as azure_subset
-from pidispatch.router.subsets import forgejo as forgejo_subset
-from pidispatch.router.subsets import github as github_subset
-from pidispatch.router.subsets import gitlab as gitlab_subset
 
 __all__ = ["Ask", "Drop", "Fire", "MalformedPayload", "explain", "plan", "resume"]
 
 
-class _Arm(Protocol):
-    """One forge: its projection, its filter, and what to ask the forge about a delivery."""
+class _Routes(Mapping[str, RouterForge]):
+    """Every forge's route by name, each loaded on first use (so importing this module loads none)."""
 
-    name: str
+    def __getitem__(self, name: str) -> RouterForge:
+        forge = forges.find(name)
+        if forge is None:
+            raise KeyError(name)
+        return forge.router()
 
-    def project(self, body: str) -> Any: ...
+    def __iter__(self) -> Iterator[str]:
+        return iter(forges.names())
 
-    def decide(
-        self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any, trace: Trace
-    ) -> Decision: ...
-
-    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
-        """Would the verdict change this (firing) delivery's outcome?"""
-        ...
-
-    def question(self, event: Event, subset: Any) -> Question | None:
-        """None when the question cannot even be put (no login, no project id): refused, no call."""
-        ...
-
-    def action(self, event: Event, subset: Any) -> Any: ...
+    def __len__(self) -> int:
+        return len(forges.FORGES)
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-class _GitHub:
-    name = GITHUB.name
-
-    def project(self, body: str) -> github_subset.GitHubSubset:
-        return github_subset.project(body)
-
-    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
-               trace: Trace) -> Decision:
-        return github_match.decide(event.event, subset, rules, self_ids.github, event.delivery, authorized,
-                                   trace)
-
-    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
-        return github_match.wants_closer_authority(event.event, subset, rules.github, self_ids.github)
-
-    def question(self, event: Event, subset: Any) -> Question | None:
-        repo, login = _text(subset.repository), _text(subset.sender_login)
-        return GithubCloser(repo=repo, login=login) if repo and login else None
-
-    def action(self, event: Event, subset: Any) -> Any:
-        return subset.action
-
-
-class _GitLab:
-    name = GITLAB.name
-
-    def project(self, body: str) -> gitlab_subset.GitLabSubset:
-        return gitlab_subset.project(body)
-
-    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
-               trace: Trace) -> Decision:
-        return gitlab_match.decide(subset, rules, self_ids.gitlab, event.delivery, authorized, trace)
-
-    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
-        return True  # labels are no approval on GitLab: every type needs the member verdict
-
-    def question(self, event: Event, subset: Any) -> Question | None:
-        if is_int(subset.project_id) and is_int(subset.user_id):
-            return GitlabMember(project_id=subset.project_id, user_id=subset.user_id)
-        return None
-
-    def action(self, event: Event, subset: Any) -> Any:
-        return subset.action
-
-
-class _Forgejo:
-    name = FORGEJO.name
-
-    def project(self, body: str) -> forgejo_subset.ForgejoSubset:
-        return forgejo_subset.project(body)
-
-    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
-               trace: Trace) -> Decision:
-        return forgejo_match.decide(event.event, subset, rules, self_ids.forgejo, event.delivery, authorized,
-                                    trace)
-
-    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
-        return True
-
-    def question(self, event: Event, subset: Any) -> Question | None:
-        repo, login = _text(subset.repository), _text(subset.sender_login)
-        return ForgejoPermission(repo=repo, login=login) if repo and login else None
-
-    def action(self, event: Event, subset: Any) -> Any:
-        return subset.action
-
-
-class _Azure:
-    name = AZURE.name
-
-    def project(self, body: str) -> azure_subset.AzureSubset:
-        return azure_subset.project(body)
-
-    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
-               trace: Trace) -> Decision:
-        return azure_match.decide(subset, rules, self_ids, event.delivery, authorized, trace)
-
-    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
-        return True
-
-    def question(self, event: Event, subset: Any) -> Question | None:
-        project_id = _text(subset.project_id)
-        guid, email = azure_match.actor(subset)
-        if project_id is None:
-            return None
-        # By GUID when the delivery has one; the address only for an address-only actor.
-        return AzureMembership(project_id=project_id, actor_id=guid, actor_email=None if guid else email)
-
-    def action(self, event: Event, subset: Any) -> Any:
-        if subset.event_type in ("workitem.commented", azure_subset.PR_COMMENT_EVENT):
-            return "commented"
-        return {"workitem.created": "created", "workitem.updated": "updated",
-                **azure_match.PR_ACTION_FOR}.get(subset.event_type)
-
-
-ARMS: dict[str, _Arm] = {arm.name: arm for arm in (_GitHub(), _GitLab(), _Forgejo(), _Azure())}
+ARMS: Mapping[str, RouterForge] = _Routes()
 
 
 class _Settled(msgspec.Struct, frozen=True, kw_only=True):
@@ -177,7 +57,7 @@ class _Settled(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _settle(
-    arm: _Arm, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: bool | None,
+    arm: RouterForge, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: bool | None,
     trace: Trace,
 ) -> _Settled:
     """The one derivation behind ``plan``, ``resume`` and ``explain``: decide as if authorised; when
@@ -196,7 +76,7 @@ def _settle(
     return _Settled(decision=decision, needs_authority=True, verdict=authorized is True)
 
 
-def _arm(event: Event) -> tuple[_Arm, Any] | None:
+def _arm(event: Event) -> tuple[RouterForge, Any] | None:
     arm = ARMS.get(event.forge)
     if arm is None:
         return None

@@ -89,9 +89,13 @@ class ForgeGroup(msgspec.Struct, frozen=True, kw_only=True):
     pr_close: tuple[CloseRule, ...] = ()
     issue: tuple[CloseRule, ...] = ()
 
+    def has_rules(self) -> bool:
+        return bool(self.label or self.comment or self.pull_request or self.pr_close or self.issue)
+
 
 class Rules(msgspec.Struct, frozen=True, kw_only=True):
-    """Every forge has a group, used or not, so a filter never needs a presence check.
+    """Every forge has a group, used or not, so a filter never needs a presence check. One field per
+    forge, named after it: generic code reads ``group(name)``, a forge's own filter its field.
 
     Disarmed entries keep their index (``count`` includes them) and appear in no group.
     """

@@ -12,9 +12,11 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+from pidispatch import forges
 from pidispatch.common.envnames import RESERVED_SECRET_NAMES
 from pidispatch.common.models import FLOW_RE
 from pidispatch.common.settings import image_ref_ok
+from pidispatch.forges import FORGES
 from pidispatch.router.modelref import model_fields
 from pidispatch.router.refusal import ID_RE, TriggerEntry, integer, js_length, nonblank, unpadded
 from pidispatch.router.rules import RunSpec
@@ -158,14 +160,17 @@ def _resume(e: TriggerEntry) -> bool | None:
 
 
 def _repository(e: TriggerEntry) -> str | None:
-    needed = e.kind == "azure" and e.on_type in ("label", "comment")
+    """Only where the forge's item names no repository (``RouterForge.repository_on``), and there always."""
+    needed = e.on_type in forges.by_name(e.kind).router().repository_on
     if "repository" not in e.run:
         if needed:
-            e.fail("run.repository", f"is required on an azure {e.on_type} trigger (a work item names no "
+            e.fail("run.repository", f"is required on an {e.kind} {e.on_type} trigger (a work item names no "
                                      "repository)")
         return None
     if not needed:
-        e.fail("run.repository", "is refused here; accepted: only on azure label and comment triggers")
+        where = " or ".join(f"{f.name} {' and '.join(types)}" for f in FORGES
+                            if (types := f.router().repository_on))
+        e.fail("run.repository", f"is refused here; accepted: only on {where} triggers")
     value = e.run["repository"]
     if not unpadded(value) or "/" in value:
         e.fail("run.repository", "must be a repository name without '/' or surrounding spaces")
@@ -280,14 +285,15 @@ def cron_run(e: TriggerEntry) -> dict[str, Any]:
         e.fail("run.folder", "must be a non-empty string")
     if command is None and not nonblank(run.get("task")):
         e.fail("run.task", "must be a non-empty string beside run.flow")
-    github = strict_bool(e, "github")
+    # Fields only a forge defines (its credentials for the local job, say), checked before the rest.
+    forge_fields = {k: v for f in FORGES for k, v in f.router().cron_fields(e).items()}
     fields = _shared_fields(e)
     sweep_near_misses(e)
     portfolio = strict_bool(e, "portfolio")
     if portfolio and command is not None:
         e.fail("run.portfolio", "true is refused beside run.command (a plan is written by a flow)")
     spec = RunSpec(flow=flow, command=command, **fields)
-    out = {"kind": "local", "folder": run["folder"], "task": run.get("task"), "github": github,
+    out = {"kind": "local", "folder": run["folder"], "task": run.get("task"), **forge_fields,
            "portfolio": portfolio, **_camel(spec)}
     return {k: v for k, v in out.items() if v is not None}
 

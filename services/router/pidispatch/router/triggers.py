@@ -255,8 +255,9 @@ def _pull_request(e: TriggerEntry) -> tuple[str, Rule]:
     if is_close and actions != {close}:
         e.fail("on.action", f"mixes {close!r} with other actions; accepted: a close-only list")
     review_states = _review_states(e, actions)
-    if e.kind == "azure":
-        _refuse_selectors(e, "an azure pull_request trigger (Azure tags work items, never pull requests)")
+    refused = forges.by_name(e.kind).router().pr_selectors_refused
+    if refused is not None:
+        _refuse_selectors(e, refused)
     if is_close:
         _refuse_selectors(e, "a close-only pull_request trigger (it matches the action and number only)")
     predicate = _predicate(e, require_positive=PR_LABEL_ACTION.get(e.kind) in actions)
@@ -287,8 +288,9 @@ def _actions(e: TriggerEntry, vocabulary: frozenset[str]) -> frozenset[str]:
 def _review_states(e: TriggerEntry, actions: frozenset[str]) -> frozenset[str] | None:
     if "reviewState" not in e.on:
         return None
-    if e.kind != "github":
-        e.fail("on.reviewState", f"is refused for run.kind {e.kind}; accepted: only on github rules")
+    if not forges.by_name(e.kind).router().review_states:
+        accepted = " or ".join(f.name for f in FORGES if f.router().review_states)
+        e.fail("on.reviewState", f"is refused for run.kind {e.kind}; accepted: only on {accepted} rules")
     if REVIEW_ACTION not in actions:
         e.fail("on.reviewState", f"requires on.action to include {REVIEW_ACTION!r} (otherwise it narrows "
                                  "nothing)")
@@ -333,7 +335,8 @@ def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
     if "number" in e.on:
         number = integer(e.on["number"])
         if number is None or number < 1:
-            e.fail("on.number", "must be an integer >= 1 (the forge's item number; the iid on GitLab)")
+            notes = "".join(f"; {note}" for f in FORGES if (note := f.router().item_number_note))
+            e.fail("on.number", f"must be an integer >= 1 (the forge's item number{notes})")
     once = e.on.get("once", False)
     if not isinstance(once, bool):
         e.fail("on.once", "must be true or false")

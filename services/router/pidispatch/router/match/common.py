@@ -20,6 +20,11 @@ def is_int(value: Any) -> TypeGuard[int]:
     return type(value) is int
 
 
+def filled(value: Any) -> str | None:
+    """A non-empty string, else None: what a lookup question may carry."""
+    return value if isinstance(value, str) and value else None
+
+
 def sender_gate(sender_id: Any, self_id: int | None) -> Drop | None:
     """Steps 0-1 of every numeric-id filter: no usable numeric sender, then the harness itself. A string
     "999" must not read as self, and a missing id must not fall through to a job."""

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pidispatch.forges.forgejo.payload import project
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.subsets.forgejo import project
 from tests.support.payloads import FIXTURES, load_fixture
 
 

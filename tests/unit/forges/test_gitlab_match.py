@@ -9,9 +9,10 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import encode_job
+from pidispatch.forges.gitlab.match import added_labels, decide
+from pidispatch.forges.gitlab.payload import project
 from pidispatch.router.decision import Drop, Fire
 from pidispatch.router.jobs import semantic_key
-from pidispatch.router.match.gitlab import added_labels, decide
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import (
     CloseRule,
@@ -22,7 +23,6 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from pidispatch.router.subsets.gitlab import project
 from tests.support.payloads import load_fixture
 
 SELF_ID = 999

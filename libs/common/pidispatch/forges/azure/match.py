@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 
 from pidispatch.common.models import Matched, Sender, Target, Trigger
+from pidispatch.forges.azure import FORGE
+from pidispatch.forges.azure.payload import PR_COMMENT_EVENT, AzureSubset
 from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
@@ -24,9 +26,8 @@ from pidispatch.router.lookup import SelfIds
 from pidispatch.router.match import comment
 from pidispatch.router.match.common import fire_label_rule, is_int, present
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
-from pidispatch.router.subsets.azure import PR_COMMENT_EVENT, AzureSubset
 
-KIND = "azure"
+KIND = FORGE.name
 PR_ACTION_FOR = {"git.pullrequest.created": "created", "git.pullrequest.updated": "updated"}
 
 

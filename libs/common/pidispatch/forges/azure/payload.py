@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.forges.azure import FORGE
 from pidispatch.router.subsets import MalformedPayload, decode, text
 
 WORK_ITEM_EVENTS = frozenset({"workitem.created", "workitem.updated", "workitem.commented"})
@@ -127,7 +128,7 @@ class AzureSubset(msgspec.Struct, frozen=True, kw_only=True):
 
 def project(body: str | bytes) -> AzureSubset:
     """Decode the raw delivery text into the subset, or raise ``MalformedPayload``."""
-    env = decode(_envelope, body, "azure")
+    env = decode(_envelope, body, FORGE.name)
     event = env.event_type if isinstance(env.event_type, str) else None
     raw = env.resource
     probe = _resource(_probe, raw)
@@ -146,7 +147,7 @@ def _resource(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:
     try:
         return decoder.decode(raw)
     except msgspec.DecodeError as exc:
-        raise MalformedPayload(f"azure payload does not decode: {exc} (in `$.resource`)") from None
+        raise MalformedPayload(f"{FORGE.name} payload does not decode: {exc} (in `$.resource`)") from None
 
 
 def _work_item_subset(base: AzureSubset, wi: _WorkItem) -> AzureSubset:

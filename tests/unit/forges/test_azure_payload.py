@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from pidispatch.forges.azure.payload import AzureSubset, extract_email, parse_tags, project
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.subsets.azure import AzureSubset, extract_email, parse_tags, project
 from tests.support.payloads import (
     FIXTURES,
     WORKITEM_COMMENTED,

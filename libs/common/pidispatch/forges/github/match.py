@@ -19,6 +19,8 @@ from typing import Any
 import msgspec
 
 from pidispatch.common.models import Matched, Sender, Target, Trigger
+from pidispatch.forges.github import FORGE
+from pidispatch.forges.github.payload import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
 from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
@@ -27,11 +29,10 @@ from pidispatch.router.match.close import close_route, find_close_rule
 from pidispatch.router.match.common import fire_label_rule, is_int, present, sender_gate
 from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
-from pidispatch.router.subsets.github import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
 
 __all__ = ["Decision", "Drop", "Fire", "decide", "wants_closer_authority"]
 
-KIND = "github"
+KIND = FORGE.name
 AUTHOR_ALLOWLIST = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 PR_AUTO_ACTIONS = frozenset({"opened", "synchronize", "reopened"})
 # triggers.json's word for a submitted review; the wire says `submitted` on `pull_request_review`.

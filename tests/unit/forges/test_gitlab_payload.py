@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from pidispatch.forges.gitlab.payload import GitLabSubset, project
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.subsets.gitlab import GitLabSubset, project
 from tests.support.payloads import FIXTURES, load_fixture
 
 

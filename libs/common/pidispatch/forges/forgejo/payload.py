@@ -3,7 +3,7 @@
 GitHub's shape with three differences, each a wrong job if missed: no ``author_association`` anywhere
 (authority comes from the API), ``is_pull`` at the top level instead of ``issue.pull_request``, and
 ``sender.login`` carried for the permission lookup only (never logged, never enqueued). Actions stay in
-Forgejo's own words; ``match.forgejo`` maps them.
+Forgejo's own words; ``pidispatch.forges.forgejo.match`` maps them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.forges.forgejo import FORGE
 from pidispatch.router.subsets import Base, PayloadSender, PullRequestHead, Repository, decode, label_names
 
 
@@ -83,7 +84,7 @@ class ForgejoSubset(msgspec.Struct, frozen=True, kw_only=True):
 
 def project(body: str | bytes) -> ForgejoSubset:
     """Decode the raw delivery text into the subset, or raise ``MalformedPayload``."""
-    p = decode(_decoder, body, "forgejo")
+    p = decode(_decoder, body, FORGE.name)
     issue = p.issue
     pr = p.pull_request
     return ForgejoSubset(

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from pidispatch.forges.github.payload import MalformedPayload, label_names, project
 from pidispatch.router import subsets
-from pidispatch.router.subsets.github import MalformedPayload, label_names, project
 from tests.support.payloads import FIXTURES, load_fixture
 
 

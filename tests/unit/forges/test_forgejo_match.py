@@ -10,9 +10,10 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import encode_job
+from pidispatch.forges.forgejo.match import decide
+from pidispatch.forges.forgejo.payload import project
 from pidispatch.router.decision import Drop, Fire
 from pidispatch.router.jobs import semantic_key
-from pidispatch.router.match.forgejo import decide
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import (
     CloseRule,
@@ -23,7 +24,6 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from pidispatch.router.subsets.forgejo import project
 from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999

@@ -14,6 +14,8 @@ from typing import Any
 import msgspec
 
 from pidispatch.common.models import Matched, Sender, Target, Trigger
+from pidispatch.forges.gitlab import FORGE
+from pidispatch.forges.gitlab.payload import GitLabSubset
 from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
@@ -22,9 +24,8 @@ from pidispatch.router.match.close import close_route
 from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate
 from pidispatch.router.match.predicate import matched_label, why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
-from pidispatch.router.subsets.gitlab import GitLabSubset
 
-KIND = "gitlab"
+KIND = FORGE.name
 CLOSE_WORD = "close"  # GitLab really says "close"
 MR_ACTIONS = frozenset({"open", "update", "reopen", "approved"})
 

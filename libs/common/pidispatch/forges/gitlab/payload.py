@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.forges.gitlab import FORGE
 from pidispatch.router.subsets import decode, label_names
 
 
@@ -93,7 +94,7 @@ class GitLabSubset(msgspec.Struct, frozen=True, kw_only=True):
 
 def project(body: str | bytes) -> GitLabSubset:
     """Decode the raw delivery text into the subset, or raise ``MalformedPayload``."""
-    p = decode(_decoder, body, "gitlab")
+    p = decode(_decoder, body, FORGE.name)
     oa = p.object_attributes or _Item()
     user = p.user or _User()
     proj = p.project or _Project()

@@ -12,8 +12,9 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import encode_job
+from pidispatch.forges.github.match import Drop, Fire, decide, wants_closer_authority
+from pidispatch.forges.github.payload import project
 from pidispatch.router.jobs import semantic_key
-from pidispatch.router.match.github import Drop, Fire, decide, wants_closer_authority
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import (
     CloseRule,
@@ -25,7 +26,6 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from pidispatch.router.subsets.github import project
 from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999

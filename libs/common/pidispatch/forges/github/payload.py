@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.forges.github import FORGE
 from pidispatch.router.subsets import (
     Base,
     MalformedPayload,
@@ -118,7 +119,7 @@ class GitHubSubset(msgspec.Struct, frozen=True, kw_only=True):
 
 def project(body: str | bytes) -> GitHubSubset:
     """Decode the raw delivery text into the subset, or raise ``MalformedPayload``."""
-    p = decode(_decoder, body, "github")
+    p = decode(_decoder, body, FORGE.name)
     return GitHubSubset(
         action=p.action,
         sender_id=p.sender.id if p.sender else None,

@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from pidispatch.common.models import Matched, Sender, Target, Trigger
+from pidispatch.forges.forgejo import FORGE
+from pidispatch.forges.forgejo.payload import ForgejoPullRequestSubset, ForgejoSubset
 from pidispatch.router import jobs
 from pidispatch.router.decision import Decision, Drop, Fire
 from pidispatch.router.explain import NO_TRACE, Trace
@@ -24,9 +26,8 @@ from pidispatch.router.match.close import close_route
 from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate, present
 from pidispatch.router.match.predicate import why_not
 from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
-from pidispatch.router.subsets.forgejo import ForgejoPullRequestSubset, ForgejoSubset
 
-KIND = "forgejo"
+KIND = FORGE.name
 CLOSE_WORD = "closed"
 ISSUE_ACTIONS = {"opened": "opened", "reopened": "reopened", "label_updated": "labeled", "closed": "closed"}
 PR_ACTIONS = {**ISSUE_ACTIONS, "synchronized": "synchronize"}

@@ -1,0 +1,89 @@
+"""Azure DevOps to the router: ``ROUTE`` (a ``RouterForge``) joins its payload, filter, membership
+lookup and identity, and says what its rules may carry beyond the shared fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from pidispatch.common.models import Event
+from pidispatch.forges.azure import FORGE, identity
+from pidispatch.forges.azure import match as azure_match
+from pidispatch.forges.azure import payload as azure_payload
+from pidispatch.forges.azure.authority import AzureMembership, is_member
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.router.authority import Authority
+from pidispatch.router.decision import Decision
+from pidispatch.router.explain import Trace
+from pidispatch.router.forge import RouterForge
+from pidispatch.router.identity import IdentityCalls
+from pidispatch.router.lookup import Question, SelfIds
+from pidispatch.router.match.common import filled
+from pidispatch.router.refusal import TriggerEntry
+from pidispatch.router.rules import ForgeGroup, Rules
+
+# The rule word for each work-item event.
+_WORK_ITEM_ACTION = {"workitem.created": "created", "workitem.updated": "updated"}
+
+
+class AzureRoute:
+    name: str = FORGE.name
+    review_states: bool = False
+    pr_selectors_refused: str | None = (f"an {FORGE.name} pull_request trigger "
+                            "(Azure tags work items, never pull requests)")
+    # A work item names no repository, so its label and comment rules say which one a job clones.
+    repository_on: tuple[str, ...] = ("label", "comment")
+    item_number_note: str | None = None
+
+    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
+        return {}
+
+    def needs_lookup(self, group: ForgeGroup) -> bool:
+        return group.has_rules()  # every firing delivery asks
+
+    def project(self, body: str) -> azure_payload.AzureSubset:
+        return azure_payload.project(body)
+
+    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
+               trace: Trace) -> Decision:
+        return azure_match.decide(subset, rules, self_ids, event.delivery, authorized, trace)
+
+    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
+        return True
+
+    def question(self, event: Event, subset: Any) -> Question | None:
+        project_id = filled(subset.project_id)
+        guid, email = azure_match.actor(subset)
+        if project_id is None:
+            return None
+        # By GUID when the delivery has one; the address only for an address-only actor.
+        return AzureMembership(project_id=project_id, actor_id=guid, actor_email=None if guid else email)
+
+    def action(self, event: Event, subset: Any) -> Any:
+        if subset.event_type in ("workitem.commented", azure_payload.PR_COMMENT_EVENT):
+            return "commented"
+        return {**_WORK_ITEM_ACTION, **azure_match.PR_ACTION_FOR}.get(subset.event_type)
+
+    async def authorize(self, question: Question, authority: Authority) -> bool:
+        assert isinstance(question, AzureMembership)
+        return await is_member(question, authority)
+
+    def token_source(self, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
+        return None  # the token is in the config block
+
+    def explicit_self(self, config: ForgeConfig) -> tuple[str | None, str | None] | None:
+        az = config.azure
+        return (az.self_id, az.self_email) if az.self_id or az.self_email else None
+
+    async def resolve_self(self, calls: IdentityCalls) -> tuple[str | None, str | None]:
+        return await identity.resolve(calls)
+
+    def with_self(self, ids: SelfIds, value: object) -> SelfIds:
+        assert isinstance(value, tuple)
+        guid, email = value
+        return msgspec.structs.replace(ids, azure_id=guid, azure_email=email)
+
+
+ROUTE: RouterForge = AzureRoute()

@@ -1,0 +1,21 @@
+"""Who the harness is on Forgejo: ``FORGEJO_BOT_ID``, else ``GET {url}/api/v1/user`` -> ``id``.
+
+A 401/403 names ``FORGEJO_BOT_ID``: a repository-scoped token cannot read its own user.
+"""
+
+from __future__ import annotations
+
+from pidispatch.forges.forgejo import FORGE
+from pidispatch.router.identity import IdentityCalls
+
+NAME = FORGE.name
+DENIED = ("a repository-scoped token cannot read its own user: set FORGEJO_BOT_ID to the harness account's "
+          "numeric id, or give the token read:user")
+
+
+async def resolve(calls: IdentityCalls) -> int:
+    cfg = calls.config.forgejo
+    assert cfg.token is not None
+    body = await calls.json(NAME, "GET /api/v1/user", f"{cfg.url}/api/v1/user",
+                            {"Authorization": f"token {cfg.token.reveal()}"}, denied=DENIED)
+    return calls.id(NAME, "GET /api/v1/user", body)

@@ -1,0 +1,77 @@
+"""Forgejo to the router: ``ROUTE`` (a ``RouterForge``) joins its payload, filter, permission lookup
+and identity, and says what its rules may carry beyond the shared fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from pidispatch.common.models import Event
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.forgejo import FORGE, identity
+from pidispatch.forges.forgejo import match as forgejo_match
+from pidispatch.forges.forgejo import payload as forgejo_payload
+from pidispatch.forges.forgejo.authority import ForgejoPermission, may_write
+from pidispatch.router.authority import Authority
+from pidispatch.router.decision import Decision
+from pidispatch.router.explain import Trace
+from pidispatch.router.forge import RouterForge
+from pidispatch.router.identity import IdentityCalls
+from pidispatch.router.lookup import Question, SelfIds
+from pidispatch.router.match.common import filled
+from pidispatch.router.refusal import TriggerEntry
+from pidispatch.router.rules import ForgeGroup, Rules
+
+
+class ForgejoRoute:
+    name: str = FORGE.name
+    review_states: bool = False
+    pr_selectors_refused: str | None = None
+    repository_on: tuple[str, ...] = ()
+    item_number_note: str | None = None
+
+    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
+        return {}
+
+    def needs_lookup(self, group: ForgeGroup) -> bool:
+        return group.has_rules()  # every firing delivery asks
+
+    def project(self, body: str) -> forgejo_payload.ForgejoSubset:
+        return forgejo_payload.project(body)
+
+    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
+               trace: Trace) -> Decision:
+        return forgejo_match.decide(event.event, subset, rules, self_ids.forgejo, event.delivery, authorized,
+                                    trace)
+
+    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
+        return True
+
+    def question(self, event: Event, subset: Any) -> Question | None:
+        repo, login = filled(subset.repository), filled(subset.sender_login)
+        return ForgejoPermission(repo=repo, login=login) if repo and login else None
+
+    def action(self, event: Event, subset: Any) -> Any:
+        return subset.action
+
+    async def authorize(self, question: Question, authority: Authority) -> bool:
+        assert isinstance(question, ForgejoPermission)
+        return await may_write(question, authority)
+
+    def token_source(self, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
+        return None  # the token is in the config block
+
+    def explicit_self(self, config: ForgeConfig) -> int | None:
+        return config.forgejo.bot_id
+
+    async def resolve_self(self, calls: IdentityCalls) -> int:
+        return await identity.resolve(calls)
+
+    def with_self(self, ids: SelfIds, value: object) -> SelfIds:
+        assert isinstance(value, int)
+        return msgspec.structs.replace(ids, forgejo=value)
+
+
+ROUTE: RouterForge = ForgejoRoute()

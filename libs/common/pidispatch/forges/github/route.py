@@ -1,0 +1,80 @@
+"""GitHub to the router: ``ROUTE`` (a ``RouterForge``) joins its payload, filter, closer lookup and
+identity, and says what its rules may carry beyond the shared fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from pidispatch.common.models import Event
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.github import FORGE, identity
+from pidispatch.forges.github import match as github_match
+from pidispatch.forges.github import payload as github_payload
+from pidispatch.forges.github.auth import GithubAuth
+from pidispatch.forges.github.authority import GithubCloser, may_close
+from pidispatch.router.authority import Authority
+from pidispatch.router.decision import Decision
+from pidispatch.router.explain import Trace
+from pidispatch.router.forge import RouterForge
+from pidispatch.router.identity import IdentityCalls
+from pidispatch.router.lookup import Question, SelfIds
+from pidispatch.router.match.common import filled
+from pidispatch.router.refusal import TriggerEntry
+from pidispatch.router.rules import ForgeGroup, Rules
+from pidispatch.router.runfields import strict_bool
+
+
+class GitHubRoute:
+    name: str = FORGE.name
+    review_states: bool = True
+    pr_selectors_refused: str | None = None
+    repository_on: tuple[str, ...] = ()
+    item_number_note: str | None = None
+
+    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
+        # run.github on a cron entry: the local job is given GitHub credentials.
+        return {self.name: strict_bool(entry, self.name)}
+
+    def needs_lookup(self, group: ForgeGroup) -> bool:
+        return bool(group.issue or group.pr_close)  # only a close asks who closed
+
+    def project(self, body: str) -> github_payload.GitHubSubset:
+        return github_payload.project(body)
+
+    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
+               trace: Trace) -> Decision:
+        return github_match.decide(event.event, subset, rules, self_ids.github, event.delivery, authorized,
+                                   trace)
+
+    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
+        return github_match.wants_closer_authority(event.event, subset, rules.github, self_ids.github)
+
+    def question(self, event: Event, subset: Any) -> Question | None:
+        repo, login = filled(subset.repository), filled(subset.sender_login)
+        return GithubCloser(repo=repo, login=login) if repo and login else None
+
+    def action(self, event: Event, subset: Any) -> Any:
+        return subset.action
+
+    async def authorize(self, question: Question, authority: Authority) -> bool:
+        assert isinstance(question, GithubCloser)
+        return await may_close(question, authority)
+
+    def token_source(self, config: ForgeConfig, http: aiohttp.ClientSession) -> GithubAuth | None:
+        return GithubAuth(config, http) if config.github.configured else None
+
+    def explicit_self(self, config: ForgeConfig) -> int | None:
+        return config.github.self_id
+
+    async def resolve_self(self, calls: IdentityCalls) -> int:
+        return await identity.resolve(calls)
+
+    def with_self(self, ids: SelfIds, value: object) -> SelfIds:
+        assert isinstance(value, int)
+        return msgspec.structs.replace(ids, github=value)
+
+
+ROUTE: RouterForge = GitHubRoute()

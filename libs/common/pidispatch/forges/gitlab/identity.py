@@ -1,0 +1,16 @@
+"""Who the harness is on GitLab: ``GITLAB_SELF_ID``, else ``GET {url}/api/v4/user`` -> ``id``."""
+
+from __future__ import annotations
+
+from pidispatch.forges.gitlab import FORGE
+from pidispatch.router.identity import IdentityCalls
+
+NAME = FORGE.name
+
+
+async def resolve(calls: IdentityCalls) -> int:
+    cfg = calls.config.gitlab
+    assert cfg.token is not None
+    body = await calls.json(NAME, "GET /api/v4/user", f"{cfg.url}/api/v4/user",
+                            {"PRIVATE-TOKEN": cfg.token.reveal()})
+    return calls.id(NAME, "GET /api/v4/user", body)

@@ -1,0 +1,77 @@
+"""GitLab to the router: ``ROUTE`` (a ``RouterForge``) joins its payload, filter, member lookup and
+identity, and says what its rules may carry beyond the shared fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from pidispatch.common.models import Event
+from pidispatch.forges.config import ForgeConfig
+from pidispatch.forges.gitlab import FORGE, identity
+from pidispatch.forges.gitlab import match as gitlab_match
+from pidispatch.forges.gitlab import payload as gitlab_payload
+from pidispatch.forges.gitlab.authority import GitlabMember, is_developer
+from pidispatch.router.authority import Authority
+from pidispatch.router.decision import Decision
+from pidispatch.router.explain import Trace
+from pidispatch.router.forge import RouterForge
+from pidispatch.router.identity import IdentityCalls
+from pidispatch.router.lookup import Question, SelfIds
+from pidispatch.router.match.common import is_int
+from pidispatch.router.refusal import TriggerEntry
+from pidispatch.router.rules import ForgeGroup, Rules
+
+
+class GitLabRoute:
+    name: str = FORGE.name
+    review_states: bool = False
+    pr_selectors_refused: str | None = None
+    repository_on: tuple[str, ...] = ()
+    item_number_note: str | None = "the iid on GitLab"
+
+    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
+        return {}
+
+    def needs_lookup(self, group: ForgeGroup) -> bool:
+        return group.has_rules()  # every firing delivery asks
+
+    def project(self, body: str) -> gitlab_payload.GitLabSubset:
+        return gitlab_payload.project(body)
+
+    def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
+               trace: Trace) -> Decision:
+        return gitlab_match.decide(subset, rules, self_ids.gitlab, event.delivery, authorized, trace)
+
+    def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
+        return True  # labels are no approval on GitLab: every type needs the member verdict
+
+    def question(self, event: Event, subset: Any) -> Question | None:
+        if is_int(subset.project_id) and is_int(subset.user_id):
+            return GitlabMember(project_id=subset.project_id, user_id=subset.user_id)
+        return None
+
+    def action(self, event: Event, subset: Any) -> Any:
+        return subset.action
+
+    async def authorize(self, question: Question, authority: Authority) -> bool:
+        assert isinstance(question, GitlabMember)
+        return await is_developer(question, authority)
+
+    def token_source(self, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
+        return None  # the token is in the config block
+
+    def explicit_self(self, config: ForgeConfig) -> int | None:
+        return config.gitlab.self_id
+
+    async def resolve_self(self, calls: IdentityCalls) -> int:
+        return await identity.resolve(calls)
+
+    def with_self(self, ids: SelfIds, value: object) -> SelfIds:
+        assert isinstance(value, int)
+        return msgspec.structs.replace(ids, gitlab=value)
+
+
+ROUTE: RouterForge = GitLabRoute()
