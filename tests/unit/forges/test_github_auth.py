@@ -22,12 +22,11 @@ from pidispatch.forges.github.auth import (
     GithubAuthUnavailable,
     app_jwt,
     classify_failure,
-    is_transient_status,
     load_private_key,
     repo_name,
     require_token,
 )
-from pidispatch.forges.http import create_http
+from pidispatch.forges.http import create_http, is_transient_status
 from tests.support.forges import FakeForge, disconnect, github_forge, raw, reply
 
 

@@ -13,6 +13,21 @@ import yarl
 
 # Forge API answers are small; a bigger one is refused rather than buffered.
 MAX_BODY = 8 * 1024 * 1024
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+def is_transient_status(status: int | None, headers: Mapping[str, str] | None = None) -> bool:
+    """Would the same request plausibly succeed later with nobody touching anything?
+
+    No status (a network fault) is transient; so are 5xx, 408/425/429, and a 403 that is a rate limit
+    (secondary: Retry-After; primary: ``x-ratelimit-remaining: 0``). Everything else is determinate.
+    """
+    if status is None or status <= 0 or status >= 500 or status in TRANSIENT_STATUSES:
+        return True
+    if status == 403:
+        lowered = {k.lower(): v for k, v in (headers or {}).items()}
+        return "retry-after" in lowered or lowered.get("x-ratelimit-remaining", "").strip() == "0"
+    return False
 
 
 def create_http() -> aiohttp.ClientSession:

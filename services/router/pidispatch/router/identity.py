@@ -28,8 +28,7 @@ from pidispatch.forges.config import ForgeConfig
 
 # A generic HTTP rule kept in GitHub's auth module (the worker reads it there too); it belongs in
 # pidispatch.forges.http, and until it moves this is the generic router's one import of a forge package.
-from pidispatch.forges.github.auth import is_transient_status
-from pidispatch.forges.http import BadBody, Unreachable, call
+from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
 from pidispatch.router.forge import TokenSources
 from pidispatch.router.lookup import SelfIds
 

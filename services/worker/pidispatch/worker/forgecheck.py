@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from urllib.parse import quote, urlsplit
 
 from pidispatch.common.models import Job
+from pidispatch.forges.http import is_transient_status
 from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 # Reason tokens of retried forge faults.
@@ -19,18 +20,6 @@ RATE_LIMITED = "forge-rate-limited"
 SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _REF_FORBIDDEN = frozenset(" ~^:?*[\\\x7f")
 TARGET_TYPES = ("issue", "pull_request")
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
-
-
-def transient(status: int, headers: Mapping[str, str]) -> bool:
-    """Would the same request plausibly succeed later: 5xx, 408/425/429, and a 403 that is a rate limit
-    (Retry-After, or none left). ``headers`` lower-cased. The same rule as GitHub's token mint, kept here
-    so the worker's shared checks import no forge package."""
-    if status <= 0 or status >= 500 or status in TRANSIENT_STATUSES:
-        return True
-    if status == 403:
-        return "retry-after" in headers or headers.get("x-ratelimit-remaining", "").strip() == "0"
-    return False
 
 
 def failure(
@@ -38,9 +27,9 @@ def failure(
 ) -> JobConfigRefused | InfraFault:
     """The exception for a non-2xx answer: rate limits and outages are retried, the rest is refused."""
     lowered = {k.lower(): v for k, v in headers.items()}
-    if status == 429 or (status == 403 and transient(status, lowered)):
+    if status == 429 or (status == 403 and is_transient_status(status, lowered)):
         return InfraFault(RATE_LIMITED)
-    if transient(status, lowered):
+    if is_transient_status(status, lowered):
         return InfraFault(UNAVAILABLE)
     return JobConfigRefused(
         f"the {forge} API refused {what} (HTTP {status}); check {variables} and that "

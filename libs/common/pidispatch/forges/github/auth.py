@@ -28,7 +28,7 @@ from pidispatch.common.runtime import EpochMsClock, now_ms
 from pidispatch.common.secret import Secret
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.github.config import GITHUB_API_DEFAULT, GithubForge
-from pidispatch.forges.http import BadBody, Unreachable, call
+from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
 
 API_VERSION = "2022-11-28"
 GH_TIMEOUT_S = 10.0
@@ -40,7 +40,6 @@ JWT_REUSE_MARGIN_S = 60
 # An installation token lives an hour; stop handing it out five minutes before it dies.
 TOKEN_REUSE_MARGIN_MS = 5 * 60 * 1000
 TOKEN_CACHE_MAX = 256
-TRANSIENT_STATUSES = frozenset({408, 425, 429})
 
 
 class GithubAuthRefused(ConfigError):
@@ -53,20 +52,6 @@ class GithubAuthUnavailable(InfraError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"GitHub token unavailable ({reason})")
         self.reason = reason
-
-
-def is_transient_status(status: int | None, headers: Mapping[str, str] | None = None) -> bool:
-    """Would the same request plausibly succeed later with nobody touching anything?
-
-    No status (a network fault) is transient; so are 5xx, 408/425/429, and a 403 that is a rate limit
-    (secondary: Retry-After; primary: ``x-ratelimit-remaining: 0``). Everything else is determinate.
-    """
-    if status is None or status <= 0 or status >= 500 or status in TRANSIENT_STATUSES:
-        return True
-    if status == 403:
-        lowered = {k.lower(): v for k, v in (headers or {}).items()}
-        return "retry-after" in lowered or lowered.get("x-ratelimit-remaining", "").strip() == "0"
-    return False
 
 
 def classify_failure(
