@@ -76,7 +76,8 @@ AZURE_MISSING_CREDENTIAL = _refusal(401, "unauthorized", "missing-credential")
 AZURE_INVALID_CREDENTIAL = _refusal(401, "unauthorized", "invalid-credential")
 AZURE_MISSING_DELIVERY_ID = _refusal(400, "missing-delivery-id", "missing-delivery-id")
 
-GITHUB_TABLE = Table(
+# Spaces in the error words; a forge that spells its answers otherwise builds its own Table.
+DEFAULT_TABLE = Table(
     method_not_allowed=METHOD_NOT_ALLOWED,
     unsupported_media_type=UNSUPPORTED_MEDIA_TYPE,
     payload_too_large=PAYLOAD_TOO_LARGE,
@@ -108,7 +109,7 @@ def not_configured(forge: str) -> ReceiverRefusal:
 REASONS = frozenset(
     r.reason
     for r in (
-        *GITHUB_TABLE,
+        *DEFAULT_TABLE,
         *AZURE_TABLE,
         MISSING_SIGNATURE,
         MISSING_EVENT_HEADERS,

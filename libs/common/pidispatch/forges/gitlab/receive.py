@@ -1,0 +1,140 @@
+"""GitLab for the receiver: its webhook variables and modes, the object kinds it stores and its arm."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+import msgspec
+from multidict import istr
+
+from pidispatch.common.errors import ConfigError
+from pidispatch.common.secret import Secret
+from pidispatch.common.settings import Settings
+from pidispatch.forges.gitlab import FORGE
+from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
+from pidispatch.receiver.config import first_present, required, with_previous
+from pidispatch.receiver.forge import ArmConfig, ReceiverForge
+from pidispatch.receiver.refusals import DEFAULT_TABLE, ReceiverRefusal
+from pidispatch.receiver.verify import (
+    decode_gitlab_signing_key,
+    gitlab_preamble,
+    gitlab_signature_match,
+    gitlab_token_match,
+    read_gitlab_body,
+    token_digest,
+)
+
+# GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present.
+GITLAB_OBJECT_KINDS = frozenset({"issue", "merge_request", "note"})
+GITLAB_VARIABLES = (
+    "GITLAB_WEBHOOK_MODE",
+    "GITLAB_WEBHOOK_SECRET",
+    "GITLAB_TOKEN",
+    "GITLAB_WEBHOOK_SECRET_PREVIOUS",
+)
+GITLAB_MODES = ("signature", "token")
+
+_GITLAB_EVENT = istr("X-Gitlab-Event")
+_WEBHOOK_ID = istr("webhook-id")
+_IDEMPOTENCY_KEY = istr("Idempotency-Key")
+_WEBHOOK_SIGNATURE = istr("webhook-signature")
+_WEBHOOK_TIMESTAMP = istr("webhook-timestamp")
+_GITLAB_TOKEN = istr("X-Gitlab-Token")
+
+
+class GitLabArmConfig(msgspec.Struct, frozen=True, kw_only=True):
+    mode: Literal["signature", "token"]
+    # signature mode: the decoded signing keys; token mode: SHA-256 digests of the tokens.
+    secrets: tuple[Secret[bytes], ...]
+
+
+def _signing_keys(env: Mapping[str, str], secret: str) -> tuple[Secret[bytes], ...]:
+    keys = []
+    for name, value in zip(
+        ("GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS"),
+        with_previous(env, "GITLAB_WEBHOOK_SECRET", secret),
+        strict=False,
+    ):
+        key = decode_gitlab_signing_key(value)
+        if key is None:
+            # A token that decodes to nothing can never verify anything: refuse to come up believing
+            # there is a gate.
+            raise ConfigError(
+                f"{name} is not a signing token in signature mode; accepted: whsec_ followed by "
+                f"non-empty base64 (the token {FORGE.display} shows for the webhook)"
+            )
+        keys.append(Secret(key))
+    return tuple(keys)
+
+
+class GitLabArm:
+    """GitLab: one declared mode, never negotiated from the request; object_kind decides storage."""
+
+    name = FORGE.name
+    path = FORGE.path
+    table = DEFAULT_TABLE
+
+    def __init__(self, config: GitLabArmConfig) -> None:
+        self._signature_mode = config.mode == "signature"
+        self._secrets = tuple(s.reveal() for s in config.secrets)
+
+    def head(self, method: str, headers: Mapping[str, str], content_length: int | None) -> RequestHead:
+        # webhook-id is the Standard Webhooks name (GitLab 19.0+), Idempotency-Key the same value under
+        # its 17.4 name. Never synthesised from the payload: that would not be stable across retries.
+        msg_id = headers.get(_WEBHOOK_ID)
+        delivery = msg_id if msg_id is not None else headers.get(_IDEMPOTENCY_KEY)
+        event = headers.get(_GITLAB_EVENT)
+        credential: tuple[str | None, ...]
+        if self._signature_mode:
+            # The MAC always covers webhook-id, even when Idempotency-Key supplied the delivery id.
+            credential = (headers.get(_WEBHOOK_SIGNATURE), msg_id, headers.get(_WEBHOOK_TIMESTAMP))
+        else:
+            credential = (headers.get(_GITLAB_TOKEN),)
+        refusal = gitlab_preamble(method, headers.get(CONTENT_TYPE), event, delivery, content_length)
+        return RequestHead(event, delivery, credential, refusal)
+
+    def authenticate(self, head: RequestHead, body: bytes, now_ms: int) -> int | ReceiverRefusal:
+        if self._signature_mode:
+            signature, msg_id, timestamp = head.credential
+            return gitlab_signature_match(self._secrets, signature, msg_id, timestamp, body, now_ms)
+        return gitlab_token_match(self._secrets, head.credential[0])
+
+    def classify(self, head: RequestHead, body: bytes) -> Classification | ReceiverRefusal:
+        read = read_gitlab_body(body)
+        if read is None:
+            return DEFAULT_TABLE.invalid_json
+        assert head.delivery is not None  # the preamble refused a delivery without one
+        kind = read.object_kind
+        return Classification(kind, head.delivery, kind in GITLAB_OBJECT_KINDS)
+
+
+class GitLabReceive:
+    """What the receiver runs for GitLab (``pidispatch.receiver.forge.ReceiverForge``)."""
+
+    setup_hint = "GITLAB_WEBHOOK_MODE and GITLAB_WEBHOOK_SECRET"
+    refusals: tuple[ReceiverRefusal, ...] = ()
+
+    def load(self, settings: Settings, env: Mapping[str, str]) -> GitLabArmConfig | None:
+        trigger = first_present(env, GITLAB_VARIABLES)
+        if trigger is None:
+            return None
+        because = f"the {FORGE.display} arm is configured ({trigger} is set)"
+        mode = required(env, "GITLAB_WEBHOOK_MODE", because, "signature, token")
+        if mode not in GITLAB_MODES:
+            raise ConfigError(f"GITLAB_WEBHOOK_MODE={mode!r} is refused; accepted: signature, token")
+        if mode == "token":
+            secret = required(env, "GITLAB_WEBHOOK_SECRET", because, "the webhook's secret token")
+            tokens = with_previous(env, "GITLAB_WEBHOOK_SECRET", secret)
+            digests = tuple(Secret(token_digest(t.encode())) for t in tokens)
+            return GitLabArmConfig(mode="token", secrets=digests)
+        accepted = "the webhook's signing token (whsec_<base64>)"
+        secret = required(env, "GITLAB_WEBHOOK_SECRET", because, accepted)
+        return GitLabArmConfig(mode="signature", secrets=_signing_keys(env, secret))
+
+    def arm(self, config: ArmConfig) -> Arm:
+        assert isinstance(config, GitLabArmConfig)  # configure_arms hands each forge the block it loaded
+        return GitLabArm(config)
+
+
+RECEIVE: ReceiverForge = GitLabReceive()
