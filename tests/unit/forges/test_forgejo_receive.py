@@ -6,6 +6,7 @@ import pytest
 from multidict import CIMultiDict
 
 from pidispatch.forges.forgejo.receive import FORGEJO_EVENTS
+from pidispatch.forges.webhook import MISSING_EVENT_HEADERS
 from pidispatch.receiver import refusals
 from pidispatch.receiver.arms import Classification
 from tests.support.arms import BODY, NEVER_STORED, arm_for, receiver_config, refused, run_arm
@@ -68,7 +69,7 @@ def test_forgejo_event_comes_from_the_delivery_headers_family() -> None:
     assert run_arm(arm, headers)[2] == Classification("issues", "fj-1", True)
     del headers["X-Forgejo-Event"]  # Forgejo's delivery id without its event name
     head = arm.head("POST", CIMultiDict(headers), len(BODY))
-    assert head.refusal is refusals.MISSING_EVENT_HEADERS
+    assert head.refusal is MISSING_EVENT_HEADERS
 
 
 def test_forgejo_without_any_signature_is_missing_signature() -> None:

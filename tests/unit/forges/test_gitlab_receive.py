@@ -6,8 +6,14 @@ import base64
 
 import pytest
 
-from pidispatch.forges.gitlab.receive import GITLAB_OBJECT_KINDS, GitLabArmConfig
-from pidispatch.receiver import refusals
+from pidispatch.forges.gitlab.receive import (
+    GITLAB_OBJECT_KINDS,
+    MISSING_GITLAB_DELIVERY,
+    MISSING_GITLAB_EVENT,
+    GitLabArmConfig,
+    gitlab_preamble,
+)
+from pidispatch.receiver import refusals, verify
 from pidispatch.receiver.arms import Classification
 from tests.support.arms import NEVER_STORED, NOW_MS, arm_for, receiver_config, refused, run_arm
 from tests.support.receiver import (
@@ -129,3 +135,40 @@ def test_gitlab_previous_signing_key_matches_with_index_one() -> None:
     body = b'{"object_kind":"note"}'
     assert run_arm(arm, gitlab_signature_headers(body, "m", NOW_MS // 1000, key=new_key), body)[1] == 0
     assert run_arm(arm, gitlab_signature_headers(body, "m", NOW_MS // 1000), body)[1] == 1
+
+
+# --- the preamble -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"method": "PUT", "content_type": None, "event": None}, refusals.METHOD_NOT_ALLOWED),
+        ({"content_type": "text/plain", "event": None}, refusals.UNSUPPORTED_MEDIA_TYPE),
+        ({"event": None, "delivery": None, "content_length": 10**9}, MISSING_GITLAB_EVENT),
+        ({"delivery": None, "content_length": 10**9}, MISSING_GITLAB_DELIVERY),
+        ({"delivery": ""}, MISSING_GITLAB_DELIVERY),
+        ({"delivery": "a b", "content_length": 10**9}, refusals.INVALID_DELIVERY_ID),
+        ({"content_length": verify.MAX_BODY_BYTES + 1}, refusals.PAYLOAD_TOO_LARGE),
+        ({}, None),
+    ],
+)
+def test_gitlab_preamble_checks_run_in_a_fixed_order_and_the_first_fault_wins(
+    overrides: dict[str, object], expected: refusals.ReceiverRefusal | None
+) -> None:
+    args: dict[str, object] = {
+        "method": "POST",
+        "content_type": "application/json",
+        "event": "Issue Hook",
+        "delivery": "d-1",
+        "content_length": 10,
+        **overrides,
+    }
+    assert gitlab_preamble(**args) is expected  # type: ignore[arg-type]
+
+
+def test_each_refusal_carries_its_fixed_status_reason_and_body() -> None:
+    assert MISSING_GITLAB_EVENT.body == b'{"error":"missing gitlab event header"}'
+    gitlab = verify.msgspec.json.decode(MISSING_GITLAB_DELIVERY.body)
+    assert gitlab["error"] == "missing delivery id"
+    assert "GitLab 17.4 or later" in gitlab["detail"]

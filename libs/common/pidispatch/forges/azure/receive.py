@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -16,12 +16,14 @@ from pidispatch.forges.azure import FORGE
 from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import first_present, required, with_previous
 from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import AZURE_MISSING_DELIVERY_ID, AZURE_TABLE, ReceiverRefusal
+from pidispatch.receiver.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, refusal
 from pidispatch.receiver.verify import (
-    azure_credential_match,
-    azure_preamble,
+    NO_MATCH,
+    digest_match,
+    is_json_media_type,
     read_azure_body,
     token_digest,
+    too_large,
     valid_delivery_id,
 )
 
@@ -48,6 +50,22 @@ AZURE_MODES = ("basic", "header")
 _HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 _AUTHORIZATION = istr("Authorization")
 
+# Azure DevOps spells its errors with hyphens.
+AZURE_TABLE = Table(
+    method_not_allowed=refusal(405, "method-not-allowed", "method-not-allowed"),
+    unsupported_media_type=refusal(415, "unsupported-media-type", "unsupported-media-type"),
+    payload_too_large=refusal(413, "payload-too-large", "payload-too-large"),
+    body_incomplete=refusal(400, "incomplete-body", "body-incomplete"),
+    invalid_delivery_id=refusal(400, "invalid-delivery-id", "invalid-delivery-id"),
+    invalid_json=INVALID_JSON,
+    enqueue_failed=ENQUEUE_FAILED,
+    internal_error=refusal(500, "internal", "internal-error"),
+)
+# One 401 body, two log tokens so the operator can tell "sent nothing" from "wrong".
+AZURE_MISSING_CREDENTIAL = refusal(401, "unauthorized", "missing-credential")
+AZURE_INVALID_CREDENTIAL = refusal(401, "unauthorized", "invalid-credential")
+AZURE_MISSING_DELIVERY_ID = refusal(400, "missing-delivery-id", "missing-delivery-id")
+
 
 class AzureArmConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: Literal["basic", "header"]
@@ -65,6 +83,39 @@ def _header_name(env: Mapping[str, str]) -> str:
             "characters without spaces or separators (X-Pi-Secret)"
         )
     return header
+
+
+def azure_preamble(
+    method: str, content_type: str | None, content_length: int | None,
+) -> ReceiverRefusal | None:
+    """Method, media type, declared length; the delivery id is in the body, read only after the credential."""
+    if method != "POST":
+        return AZURE_TABLE.method_not_allowed
+    if not is_json_media_type(content_type):
+        return AZURE_TABLE.unsupported_media_type
+    if too_large(content_length):
+        return AZURE_TABLE.payload_too_large
+    return None
+
+
+def azure_credential_match(
+    digests: Sequence[bytes], presented: str | None, basic: bool,
+) -> int | ReceiverRefusal:
+    """Azure DevOps: the secret is the whole credential, nothing covers the body.
+
+    ``basic``: ``Authorization`` must start with exactly ``Basic `` and the trimmed rest (the base64 of
+    ``user:password``) is the secret; a ``Bearer`` header is wrong, not absent. Header mode: the
+    configured header's value is the secret, exactly. Comparing digests rather than checking lengths
+    first decides the same and leaks not even the length.
+    """
+    if not presented:
+        return AZURE_MISSING_CREDENTIAL
+    if basic:
+        if not presented.startswith("Basic "):
+            return AZURE_INVALID_CREDENTIAL
+        presented = presented[6:].strip()
+    index = digest_match(digests, presented)
+    return index if index != NO_MATCH else AZURE_INVALID_CREDENTIAL
 
 
 class AzureArm:
@@ -104,7 +155,7 @@ class AzureReceive:
     """What the receiver runs for Azure DevOps (``pidispatch.receiver.forge.ReceiverForge``)."""
 
     setup_hint = "AZURE_WEBHOOK_MODE and AZURE_WEBHOOK_SECRET"
-    refusals: tuple[ReceiverRefusal, ...] = ()
+    refusals = (*AZURE_TABLE, AZURE_MISSING_CREDENTIAL, AZURE_INVALID_CREDENTIAL, AZURE_MISSING_DELIVERY_ID)
 
     def load(self, settings: Settings, env: Mapping[str, str]) -> AzureArmConfig | None:
         trigger = first_present(env, AZURE_VARIABLES)

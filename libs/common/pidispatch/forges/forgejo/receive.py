@@ -14,14 +14,16 @@ from pidispatch.forges.webhook import (
     GITHUB_DELIVERY,
     GITHUB_EVENT,
     HUB_SIGNATURE,
+    MISSING_EVENT_HEADERS,
     classify_by_header,
+    github_preamble,
     hmac_verdict,
 )
 from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import first_present, required, with_previous
 from pidispatch.receiver.forge import ArmConfig, ReceiverForge
 from pidispatch.receiver.refusals import DEFAULT_TABLE, ReceiverRefusal
-from pidispatch.receiver.verify import GITHUB_SIGNATURE_PREFIX, github_preamble, hmac_hex_match
+from pidispatch.receiver.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 
 # Forgejo/Gitea name the event header after the hook's family ("issues" for a label change); reviews get
 # their own names, and versions that fall back to the hook type send that (issue_label, ...).
@@ -112,7 +114,7 @@ class ForgejoReceive:
     """What the receiver runs for Forgejo (``pidispatch.receiver.forge.ReceiverForge``)."""
 
     setup_hint = "FORGEJO_WEBHOOK_SECRET"
-    refusals: tuple[ReceiverRefusal, ...] = ()
+    refusals = (MISSING_EVENT_HEADERS,)
 
     def load(self, settings: Settings, env: Mapping[str, str]) -> ForgejoArmConfig | None:
         trigger = first_present(env, FORGEJO_VARIABLES)

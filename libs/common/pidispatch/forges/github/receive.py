@@ -14,14 +14,16 @@ from pidispatch.forges.webhook import (
     GITHUB_DELIVERY,
     GITHUB_EVENT,
     HUB_SIGNATURE,
+    MISSING_EVENT_HEADERS,
     classify_by_header,
+    github_preamble,
     hmac_verdict,
 )
 from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import read_var, with_previous
 from pidispatch.receiver.forge import ArmConfig, ReceiverForge
 from pidispatch.receiver.refusals import DEFAULT_TABLE, ReceiverRefusal
-from pidispatch.receiver.verify import GITHUB_SIGNATURE_PREFIX, github_preamble, hmac_hex_match
+from pidispatch.receiver.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 
 # What GitHub stores; every other event answers 204 unstored (the router could never act on it).
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review"})
@@ -61,7 +63,7 @@ class GitHubArm:
 
 class GitHubReceive:
     setup_hint = f"WEBHOOK_SECRET ({FORGE.display})"
-    refusals: tuple[ReceiverRefusal, ...] = ()
+    refusals = (MISSING_EVENT_HEADERS,)
 
     def load(self, settings: Settings, env: Mapping[str, str]) -> GitHubArmConfig | None:
         """GitHub is served when ``WEBHOOK_SECRET`` or ``GITHUB_AUTH_SOURCE`` is set; the receiver never reads

@@ -15,14 +15,24 @@ from pidispatch.forges.gitlab import FORGE
 from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import first_present, required, with_previous
 from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import DEFAULT_TABLE, ReceiverRefusal
+from pidispatch.receiver.refusals import (
+    DEFAULT_TABLE,
+    INVALID_DELIVERY_ID,
+    METHOD_NOT_ALLOWED,
+    PAYLOAD_TOO_LARGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    ReceiverRefusal,
+    refusal,
+)
 from pidispatch.receiver.verify import (
     decode_gitlab_signing_key,
-    gitlab_preamble,
     gitlab_signature_match,
     gitlab_token_match,
+    is_json_media_type,
     read_gitlab_body,
     token_digest,
+    too_large,
+    valid_delivery_id,
 )
 
 # GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present.
@@ -41,6 +51,20 @@ _IDEMPOTENCY_KEY = istr("Idempotency-Key")
 _WEBHOOK_SIGNATURE = istr("webhook-signature")
 _WEBHOOK_TIMESTAMP = istr("webhook-timestamp")
 _GITLAB_TOKEN = istr("X-Gitlab-Token")
+
+# The transport rows GitLab shares with GitHub use the same bodies; these two are its own.
+MISSING_GITLAB_EVENT = refusal(400, "missing gitlab event header", "missing-event-header")
+MISSING_GITLAB_DELIVERY = ReceiverRefusal(
+    400,
+    "missing-delivery-id",
+    msgspec.json.encode(
+        {
+            "error": "missing delivery id",
+            "detail": "no webhook-id or Idempotency-Key header; pi-dispatch needs GitLab 17.4 or later "
+            "to dedup redeliveries",
+        }
+    ),
+)
 
 
 class GitLabArmConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +90,25 @@ def _signing_keys(env: Mapping[str, str], secret: str) -> tuple[Secret[bytes], .
             )
         keys.append(Secret(key))
     return tuple(keys)
+
+
+def gitlab_preamble(
+    method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
+) -> ReceiverRefusal | None:
+    """In order: method, media type, event header, delivery id, declared length; the credential after."""
+    if method != "POST":
+        return METHOD_NOT_ALLOWED
+    if not is_json_media_type(content_type):
+        return UNSUPPORTED_MEDIA_TYPE
+    if not event:
+        return MISSING_GITLAB_EVENT
+    if not delivery:
+        return MISSING_GITLAB_DELIVERY
+    if not valid_delivery_id(delivery):
+        return INVALID_DELIVERY_ID
+    if too_large(content_length):
+        return PAYLOAD_TOO_LARGE
+    return None
 
 
 class GitLabArm:
@@ -113,7 +156,7 @@ class GitLabReceive:
     """What the receiver runs for GitLab (``pidispatch.receiver.forge.ReceiverForge``)."""
 
     setup_hint = "GITLAB_WEBHOOK_MODE and GITLAB_WEBHOOK_SECRET"
-    refusals: tuple[ReceiverRefusal, ...] = ()
+    refusals = (MISSING_GITLAB_EVENT, MISSING_GITLAB_DELIVERY)
 
     def load(self, settings: Settings, env: Mapping[str, str]) -> GitLabArmConfig | None:
         trigger = first_present(env, GITLAB_VARIABLES)
