@@ -63,9 +63,14 @@ def load_receiver_config(settings: Settings, env: Mapping[str, str]) -> Receiver
     blocks = {forge.name: forge.receiver().load(settings, env) for forge in forges.FORGES}
     config = ReceiverConfig(arms={name: block for name, block in blocks.items() if block is not None})
     if not config.arms:
-        *first, last = (forge.receiver().setup_hint for forge in forges.FORGES)
+        *first, last = arm_hints()
         raise ConfigError(f"no webhook arm is configured; set {', '.join(first)}, or {last}")
     return config
+
+
+def arm_hints() -> list[str]:
+    """What an operator sets to serve each forge, in ``FORGES`` order: ``VARIABLES (Forge)``."""
+    return [f"{forge.receiver().setup_hint} ({forge.display})" for forge in forges.FORGES]
 
 
 class SpoolConfig(msgspec.Struct, frozen=True, kw_only=True):

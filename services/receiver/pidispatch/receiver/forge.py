@@ -29,7 +29,8 @@ class ArmConfig(Protocol):
 class ReceiverForge(Protocol):
     @property
     def setup_hint(self) -> str:
-        """The variables an operator sets to serve this forge (named when no arm is configured)."""
+        """The variables an operator sets to serve this forge (help text, and the refusal to start
+        without any arm)."""
         ...
 
     @property

@@ -62,7 +62,7 @@ class GitHubArm:
 
 
 class GitHubReceive:
-    setup_hint = f"WEBHOOK_SECRET ({FORGE.display})"
+    setup_hint = "WEBHOOK_SECRET"
     refusals = (MISSING_EVENT_HEADERS,)
 
     def load(self, settings: Settings, env: Mapping[str, str]) -> GitHubArmConfig | None:
