@@ -16,7 +16,7 @@ from pidispatch.receiver.refusals import (
     PAYLOAD_TOO_LARGE,
     UNSUPPORTED_MEDIA_TYPE,
     ReceiverRefusal,
-    refusal,
+    json_refusal,
 )
 from pidispatch.receiver.verify import (
     NO_MATCH,
@@ -32,7 +32,7 @@ GITHUB_EVENT = istr("X-GitHub-Event")
 GITHUB_DELIVERY = istr("X-GitHub-Delivery")
 
 # Identical transport, so identical answers: Forgejo answers GitHub's words too.
-MISSING_EVENT_HEADERS = refusal(400, "missing github event headers", "missing-event-headers")
+MISSING_EVENT_HEADERS = json_refusal(400, "missing github event headers", "missing-event-headers")
 
 
 def github_preamble(

@@ -21,7 +21,7 @@ class ReceiverRefusal(NamedTuple):
     body: bytes  # the exact JSON answer
 
 
-def refusal(status: int, error: str, reason: str) -> ReceiverRefusal:
+def json_refusal(status: int, error: str, reason: str) -> ReceiverRefusal:
     return ReceiverRefusal(status, reason, msgspec.json.encode({"error": error}))
 
 
@@ -39,23 +39,23 @@ class Table(NamedTuple):
 
 
 # Built once: the request path allocates none of these.
-METHOD_NOT_ALLOWED = refusal(405, "method not allowed", "method-not-allowed")
-UNSUPPORTED_MEDIA_TYPE = refusal(415, "unsupported media type", "unsupported-media-type")
-PAYLOAD_TOO_LARGE = refusal(413, "payload too large", "payload-too-large")
+METHOD_NOT_ALLOWED = json_refusal(405, "method not allowed", "method-not-allowed")
+UNSUPPORTED_MEDIA_TYPE = json_refusal(415, "unsupported media type", "unsupported-media-type")
+PAYLOAD_TOO_LARGE = json_refusal(413, "payload too large", "payload-too-large")
 # The client stopped sending mid-body; aiohttp usually cancels the handler first, so this is rarely seen.
-BODY_INCOMPLETE = refusal(400, "incomplete body", "body-incomplete")
+BODY_INCOMPLETE = json_refusal(400, "incomplete body", "body-incomplete")
 # A delivery id becomes a Redis key suffix; one that cannot be is refused on every forge.
-INVALID_DELIVERY_ID = refusal(400, "invalid delivery id", "invalid-delivery-id")
-INVALID_JSON = refusal(400, "invalid-json", "invalid-json")
-ENQUEUE_FAILED = refusal(503, "enqueue-failed", "enqueue-failed")
-INTERNAL_ERROR = refusal(500, "internal error", "internal-error")
+INVALID_DELIVERY_ID = json_refusal(400, "invalid delivery id", "invalid-delivery-id")
+INVALID_JSON = json_refusal(400, "invalid-json", "invalid-json")
+ENQUEUE_FAILED = json_refusal(503, "enqueue-failed", "enqueue-failed")
+INTERNAL_ERROR = json_refusal(500, "internal error", "internal-error")
 
 # The credential rows of the HMAC and token checks in ``verify``.
-MISSING_SIGNATURE = refusal(401, "missing signature", "missing-signature")
-INVALID_SIGNATURE = refusal(401, "invalid signature", "invalid-signature")
-INVALID_TIMESTAMP = refusal(401, "stale or invalid timestamp", "invalid-timestamp")
-MISSING_TOKEN = refusal(401, "missing token", "missing-token")
-INVALID_TOKEN = refusal(401, "invalid token", "invalid-token")
+MISSING_SIGNATURE = json_refusal(401, "missing signature", "missing-signature")
+INVALID_SIGNATURE = json_refusal(401, "invalid signature", "invalid-signature")
+INVALID_TIMESTAMP = json_refusal(401, "stale or invalid timestamp", "invalid-timestamp")
+MISSING_TOKEN = json_refusal(401, "missing token", "missing-token")
+INVALID_TOKEN = json_refusal(401, "invalid token", "invalid-token")
 
 # Spaces in the error words; a forge that spells its answers otherwise builds its own Table.
 DEFAULT_TABLE = Table(
@@ -72,7 +72,7 @@ DEFAULT_TABLE = Table(
 
 def not_configured(forge: str) -> ReceiverRefusal:
     """A forge without configuration has no handler, whatever the method or headers."""
-    return refusal(404, f"{forge} webhooks are not configured", "not-configured")
+    return json_refusal(404, f"{forge} webhooks are not configured", "not-configured")
 
 
 def reasons() -> frozenset[str]:

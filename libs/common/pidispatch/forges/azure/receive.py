@@ -16,7 +16,7 @@ from pidispatch.forges.azure import FORGE
 from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import first_present, required, with_previous
 from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, refusal
+from pidispatch.receiver.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, json_refusal
 from pidispatch.receiver.verify import (
     NO_MATCH,
     digest_match,
@@ -52,37 +52,25 @@ _AUTHORIZATION = istr("Authorization")
 
 # Azure DevOps spells its errors with hyphens.
 AZURE_TABLE = Table(
-    method_not_allowed=refusal(405, "method-not-allowed", "method-not-allowed"),
-    unsupported_media_type=refusal(415, "unsupported-media-type", "unsupported-media-type"),
-    payload_too_large=refusal(413, "payload-too-large", "payload-too-large"),
-    body_incomplete=refusal(400, "incomplete-body", "body-incomplete"),
-    invalid_delivery_id=refusal(400, "invalid-delivery-id", "invalid-delivery-id"),
+    method_not_allowed=json_refusal(405, "method-not-allowed", "method-not-allowed"),
+    unsupported_media_type=json_refusal(415, "unsupported-media-type", "unsupported-media-type"),
+    payload_too_large=json_refusal(413, "payload-too-large", "payload-too-large"),
+    body_incomplete=json_refusal(400, "incomplete-body", "body-incomplete"),
+    invalid_delivery_id=json_refusal(400, "invalid-delivery-id", "invalid-delivery-id"),
     invalid_json=INVALID_JSON,
     enqueue_failed=ENQUEUE_FAILED,
-    internal_error=refusal(500, "internal", "internal-error"),
+    internal_error=json_refusal(500, "internal", "internal-error"),
 )
 # One 401 body, two log tokens so the operator can tell "sent nothing" from "wrong".
-AZURE_MISSING_CREDENTIAL = refusal(401, "unauthorized", "missing-credential")
-AZURE_INVALID_CREDENTIAL = refusal(401, "unauthorized", "invalid-credential")
-AZURE_MISSING_DELIVERY_ID = refusal(400, "missing-delivery-id", "missing-delivery-id")
+AZURE_MISSING_CREDENTIAL = json_refusal(401, "unauthorized", "missing-credential")
+AZURE_INVALID_CREDENTIAL = json_refusal(401, "unauthorized", "invalid-credential")
+AZURE_MISSING_DELIVERY_ID = json_refusal(400, "missing-delivery-id", "missing-delivery-id")
 
 
 class AzureArmConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: Literal["basic", "header"]
     header: str | None  # the custom header's name (header mode)
     secrets: tuple[Secret[bytes], ...]  # SHA-256 digests of the credential
-
-
-def _header_name(env: Mapping[str, str]) -> str:
-    header = required(
-        env, "AZURE_WEBHOOK_HEADER", "AZURE_WEBHOOK_MODE=header", "an HTTP header name (X-Pi-Secret)"
-    )
-    if not _HEADER_NAME_RE.match(header):
-        raise ConfigError(
-            f"AZURE_WEBHOOK_HEADER={header!r} is refused; accepted: an HTTP header name, up to 64 "
-            "characters without spaces or separators (X-Pi-Secret)"
-        )
-    return header
 
 
 def azure_preamble(
@@ -149,6 +137,19 @@ class AzureArm:
         if not valid_delivery_id(read.id):
             return AZURE_TABLE.invalid_delivery_id
         return Classification(read.event_type, read.id, read.event_type in AZURE_EVENT_TYPES)
+
+
+def _header_name(env: Mapping[str, str]) -> str:
+    """Header mode's ``AZURE_WEBHOOK_HEADER``: a name a request can carry, else the start is refused."""
+    header = required(
+        env, "AZURE_WEBHOOK_HEADER", "AZURE_WEBHOOK_MODE=header", "an HTTP header name (X-Pi-Secret)"
+    )
+    if not _HEADER_NAME_RE.match(header):
+        raise ConfigError(
+            f"AZURE_WEBHOOK_HEADER={header!r} is refused; accepted: an HTTP header name, up to 64 "
+            "characters without spaces or separators (X-Pi-Secret)"
+        )
+    return header
 
 
 class AzureReceive:

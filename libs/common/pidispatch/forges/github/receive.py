@@ -62,6 +62,8 @@ class GitHubArm:
 
 
 class GitHubReceive:
+    """What the receiver runs for GitHub (``pidispatch.receiver.forge.ReceiverForge``)."""
+
     setup_hint = "WEBHOOK_SECRET"
     refusals = (MISSING_EVENT_HEADERS,)
 

@@ -22,7 +22,7 @@ from pidispatch.receiver.refusals import (
     PAYLOAD_TOO_LARGE,
     UNSUPPORTED_MEDIA_TYPE,
     ReceiverRefusal,
-    refusal,
+    json_refusal,
 )
 from pidispatch.receiver.verify import (
     decode_gitlab_signing_key,
@@ -53,7 +53,7 @@ _WEBHOOK_TIMESTAMP = istr("webhook-timestamp")
 _GITLAB_TOKEN = istr("X-Gitlab-Token")
 
 # The transport rows GitLab shares with GitHub use the same bodies; these two are its own.
-MISSING_GITLAB_EVENT = refusal(400, "missing gitlab event header", "missing-event-header")
+MISSING_GITLAB_EVENT = json_refusal(400, "missing gitlab event header", "missing-event-header")
 MISSING_GITLAB_DELIVERY = ReceiverRefusal(
     400,
     "missing-delivery-id",
@@ -71,44 +71,6 @@ class GitLabArmConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: Literal["signature", "token"]
     # signature mode: the decoded signing keys; token mode: SHA-256 digests of the tokens.
     secrets: tuple[Secret[bytes], ...]
-
-
-def _signing_keys(env: Mapping[str, str], secret: str) -> tuple[Secret[bytes], ...]:
-    keys = []
-    for name, value in zip(
-        ("GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS"),
-        with_previous(env, "GITLAB_WEBHOOK_SECRET", secret),
-        strict=False,
-    ):
-        key = decode_gitlab_signing_key(value)
-        if key is None:
-            # A token that decodes to nothing can never verify anything: refuse to come up believing
-            # there is a gate.
-            raise ConfigError(
-                f"{name} is not a signing token in signature mode; accepted: whsec_ followed by "
-                f"non-empty base64 (the token {FORGE.display} shows for the webhook)"
-            )
-        keys.append(Secret(key))
-    return tuple(keys)
-
-
-def gitlab_preamble(
-    method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
-) -> ReceiverRefusal | None:
-    """In order: method, media type, event header, delivery id, declared length; the credential after."""
-    if method != "POST":
-        return METHOD_NOT_ALLOWED
-    if not is_json_media_type(content_type):
-        return UNSUPPORTED_MEDIA_TYPE
-    if not event:
-        return MISSING_GITLAB_EVENT
-    if not delivery:
-        return MISSING_GITLAB_DELIVERY
-    if not valid_delivery_id(delivery):
-        return INVALID_DELIVERY_ID
-    if too_large(content_length):
-        return PAYLOAD_TOO_LARGE
-    return None
 
 
 class GitLabArm:
@@ -150,6 +112,45 @@ class GitLabArm:
         assert head.delivery is not None  # the preamble refused a delivery without one
         kind = read.object_kind
         return Classification(kind, head.delivery, kind in GITLAB_OBJECT_KINDS)
+
+
+def _signing_keys(env: Mapping[str, str], secret: str) -> tuple[Secret[bytes], ...]:
+    """The key bytes of the signing token and of its previous one while rotating."""
+    keys = []
+    for name, value in zip(
+        ("GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS"),
+        with_previous(env, "GITLAB_WEBHOOK_SECRET", secret),
+        strict=False,
+    ):
+        key = decode_gitlab_signing_key(value)
+        if key is None:
+            # A token that decodes to nothing can never verify anything: refuse to come up believing
+            # there is a gate.
+            raise ConfigError(
+                f"{name} is not a signing token in signature mode; accepted: whsec_ followed by "
+                f"non-empty base64 (the token {FORGE.display} shows for the webhook)"
+            )
+        keys.append(Secret(key))
+    return tuple(keys)
+
+
+def gitlab_preamble(
+    method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
+) -> ReceiverRefusal | None:
+    """In order: method, media type, event header, delivery id, declared length; the credential after."""
+    if method != "POST":
+        return METHOD_NOT_ALLOWED
+    if not is_json_media_type(content_type):
+        return UNSUPPORTED_MEDIA_TYPE
+    if not event:
+        return MISSING_GITLAB_EVENT
+    if not delivery:
+        return MISSING_GITLAB_DELIVERY
+    if not valid_delivery_id(delivery):
+        return INVALID_DELIVERY_ID
+    if too_large(content_length):
+        return PAYLOAD_TOO_LARGE
+    return None
 
 
 class GitLabReceive:
