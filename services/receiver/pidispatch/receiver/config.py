@@ -3,7 +3,8 @@
 Read once at startup from the environment, validated whole; a bad or half-configured arm raises
 ``ConfigError`` naming the variable and what is accepted (exit 2). Messages never carry a secret's value.
 
-On purpose (least privilege): the receiver never calls a forge API, so an arm requires only the
+Each forge's block is read by its own ``receive`` module (``ReceiverForge.load``) with the helpers
+below. On purpose (least privilege): the receiver never calls a forge API, so an arm requires only the
 variables the receiver uses (mode, secret, header name), never a forge token or URL.
 """
 
