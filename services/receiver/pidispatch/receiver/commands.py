@@ -25,12 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from pidispatch.receiver.config import arm_hints
+
     parser = sub.add_parser(
         "receiver",
         help="verify forge webhooks and append them to the events stream",
         description=(
-            "Serve webhooks on RECEIVER_BIND:RECEIVER_PORT: GitHub when WEBHOOK_SECRET is set, GitLab, "
-            "Forgejo/Gitea and Azure DevOps when their variables are (GITLAB_*, FORGEJO_*, AZURE_*)."
+            "Serve webhooks on RECEIVER_BIND:RECEIVER_PORT for each forge whose variables are set: "
+            f"{', '.join(arm_hints())}."
         ),
     )
     add_arguments(parser)

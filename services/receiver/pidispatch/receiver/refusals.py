@@ -1,8 +1,9 @@
 """Every answer the receiver gives other than 202/204: status, exact JSON body, and a log token.
 
-All are listed in docs/receiver.md; the edge never asks a forge, so none is a failed lookup. GitHub,
-Forgejo and GitLab spell errors with spaces; Azure with hyphens. The ``reason`` token goes to the log line
-and the ``reason`` label of ``pd_receiver_deliveries_total``, so the set of tokens is fixed here.
+All are listed in docs/receiver.md; the edge never asks a forge, so none is a failed lookup. The rows
+here are shared; a forge's own answers (its spelling of the shared faults, rows that name it) are in its
+``receive`` module and listed in its ``RECEIVE.refusals``. The ``reason`` token goes to the log line and
+the ``reason`` label of ``pd_receiver_deliveries_total``, so the set of tokens is fixed (``reasons``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class ReceiverRefusal(NamedTuple):
     body: bytes  # the exact JSON answer
 
 
-def _refusal(status: int, error: str, reason: str) -> ReceiverRefusal:
+def json_refusal(status: int, error: str, reason: str) -> ReceiverRefusal:
     return ReceiverRefusal(status, reason, msgspec.json.encode({"error": error}))
 
 
@@ -38,45 +39,26 @@ class Table(NamedTuple):
 
 
 # Built once: the request path allocates none of these.
-METHOD_NOT_ALLOWED = _refusal(405, "method not allowed", "method-not-allowed")
-UNSUPPORTED_MEDIA_TYPE = _refusal(415, "unsupported media type", "unsupported-media-type")
-PAYLOAD_TOO_LARGE = _refusal(413, "payload too large", "payload-too-large")
+METHOD_NOT_ALLOWED = json_refusal(405, "method not allowed", "method-not-allowed")
+UNSUPPORTED_MEDIA_TYPE = json_refusal(415, "unsupported media type", "unsupported-media-type")
+PAYLOAD_TOO_LARGE = json_refusal(413, "payload too large", "payload-too-large")
 # The client stopped sending mid-body; aiohttp usually cancels the handler first, so this is rarely seen.
-BODY_INCOMPLETE = _refusal(400, "incomplete body", "body-incomplete")
+BODY_INCOMPLETE = json_refusal(400, "incomplete body", "body-incomplete")
 # A delivery id becomes a Redis key suffix; one that cannot be is refused on every forge.
-INVALID_DELIVERY_ID = _refusal(400, "invalid delivery id", "invalid-delivery-id")
-INVALID_JSON = _refusal(400, "invalid-json", "invalid-json")
-ENQUEUE_FAILED = _refusal(503, "enqueue-failed", "enqueue-failed")
-INTERNAL_ERROR = _refusal(500, "internal error", "internal-error")
+INVALID_DELIVERY_ID = json_refusal(400, "invalid delivery id", "invalid-delivery-id")
+INVALID_JSON = json_refusal(400, "invalid-json", "invalid-json")
+ENQUEUE_FAILED = json_refusal(503, "enqueue-failed", "enqueue-failed")
+INTERNAL_ERROR = json_refusal(500, "internal error", "internal-error")
 
-# GitHub and Forgejo/Gitea (identical transport, so identical answers).
-MISSING_SIGNATURE = _refusal(401, "missing signature", "missing-signature")
-MISSING_EVENT_HEADERS = _refusal(400, "missing github event headers", "missing-event-headers")
-INVALID_SIGNATURE = _refusal(401, "invalid signature", "invalid-signature")
+# The credential rows of the HMAC and token checks in ``verify``.
+MISSING_SIGNATURE = json_refusal(401, "missing signature", "missing-signature")
+INVALID_SIGNATURE = json_refusal(401, "invalid signature", "invalid-signature")
+INVALID_TIMESTAMP = json_refusal(401, "stale or invalid timestamp", "invalid-timestamp")
+MISSING_TOKEN = json_refusal(401, "missing token", "missing-token")
+INVALID_TOKEN = json_refusal(401, "invalid token", "invalid-token")
 
-# GitLab; the transport rows it shares with GitHub use the same bodies.
-MISSING_GITLAB_EVENT = _refusal(400, "missing gitlab event header", "missing-event-header")
-MISSING_GITLAB_DELIVERY = ReceiverRefusal(
-    400,
-    "missing-delivery-id",
-    msgspec.json.encode(
-        {
-            "error": "missing delivery id",
-            "detail": "no webhook-id or Idempotency-Key header; pi-dispatch needs GitLab 17.4 or later "
-            "to dedup redeliveries",
-        }
-    ),
-)
-INVALID_TIMESTAMP = _refusal(401, "stale or invalid timestamp", "invalid-timestamp")
-MISSING_TOKEN = _refusal(401, "missing token", "missing-token")
-INVALID_TOKEN = _refusal(401, "invalid token", "invalid-token")
-
-# Azure DevOps: one 401 body, two log tokens so the operator can tell "sent nothing" from "wrong".
-AZURE_MISSING_CREDENTIAL = _refusal(401, "unauthorized", "missing-credential")
-AZURE_INVALID_CREDENTIAL = _refusal(401, "unauthorized", "invalid-credential")
-AZURE_MISSING_DELIVERY_ID = _refusal(400, "missing-delivery-id", "missing-delivery-id")
-
-GITHUB_TABLE = Table(
+# Spaces in the error words; a forge that spells its answers otherwise builds its own Table.
+DEFAULT_TABLE = Table(
     method_not_allowed=METHOD_NOT_ALLOWED,
     unsupported_media_type=UNSUPPORTED_MEDIA_TYPE,
     payload_too_large=PAYLOAD_TOO_LARGE,
@@ -87,40 +69,25 @@ GITHUB_TABLE = Table(
     internal_error=INTERNAL_ERROR,
 )
 
-AZURE_TABLE = Table(
-    method_not_allowed=_refusal(405, "method-not-allowed", "method-not-allowed"),
-    unsupported_media_type=_refusal(415, "unsupported-media-type", "unsupported-media-type"),
-    payload_too_large=_refusal(413, "payload-too-large", "payload-too-large"),
-    body_incomplete=_refusal(400, "incomplete-body", "body-incomplete"),
-    invalid_delivery_id=_refusal(400, "invalid-delivery-id", "invalid-delivery-id"),
-    invalid_json=INVALID_JSON,
-    enqueue_failed=ENQUEUE_FAILED,
-    internal_error=_refusal(500, "internal", "internal-error"),
-)
-
 
 def not_configured(forge: str) -> ReceiverRefusal:
     """A forge without configuration has no handler, whatever the method or headers."""
-    return _refusal(404, f"{forge} webhooks are not configured", "not-configured")
+    return json_refusal(404, f"{forge} webhooks are not configured", "not-configured")
 
 
-# Every reason token above, for the metric's documentation and the tests that pin the set.
-REASONS = frozenset(
-    r.reason
-    for r in (
-        *GITHUB_TABLE,
-        *AZURE_TABLE,
+def reasons() -> frozenset[str]:
+    """Every reason token the receiver logs, for the metric's documentation and the tests that pin the set.
+
+    A function, not a constant: each forge's rows are in its ``receive`` module, which imports this one.
+    """
+    shared = (
+        *DEFAULT_TABLE,
         MISSING_SIGNATURE,
-        MISSING_EVENT_HEADERS,
         INVALID_SIGNATURE,
-        MISSING_GITLAB_EVENT,
-        MISSING_GITLAB_DELIVERY,
         INVALID_TIMESTAMP,
         MISSING_TOKEN,
         INVALID_TOKEN,
-        AZURE_MISSING_CREDENTIAL,
-        AZURE_INVALID_CREDENTIAL,
-        AZURE_MISSING_DELIVERY_ID,
-        *(not_configured(forge) for forge in forges.names()),
+        *(not_configured(forge.name) for forge in forges.FORGES),
     )
-)
+    own = (row for forge in forges.FORGES for row in forge.receiver().refusals)
+    return frozenset(row.reason for row in (*shared, *own))

@@ -86,7 +86,7 @@ async def _listen_until(
     # Everything allocated so far lives as long as the process: keep it out of every GC pass.
     gc.collect()
     gc.freeze()
-    rotating = [forge for forge in config.forges() if len(getattr(config, forge).secrets) > 1]
+    rotating = [forge for forge, block in config.arms.items() if len(block.secrets) > 1]
     log.info(
         "receiver_started",
         port=port,

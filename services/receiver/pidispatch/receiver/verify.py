@@ -1,9 +1,9 @@
 """Is a delivery authentic and well-formed? Pure decisions over headers and raw bytes; no I/O.
 
-One preamble per forge (everything decidable before the body, in a fixed order), one credential
-check per forge over the raw bytes, and the minimal reads of a verified body. Credential checks return the
-index of the secret that matched (0 current, 1 previous) so rotation is visible to the caller; every
-compare is constant-time over equal-length values.
+The checks a forge's preamble is made of (each forge's ``receive`` runs them in its own fixed order
+before the body), the credential checks over the raw bytes, and the minimal reads of a verified body.
+Credential checks return the index of the secret that matched (0 current, 1 previous) so rotation is
+visible to the caller; every compare is constant-time over equal-length values.
 
 Header values arrive as aiohttp decodes them (UTF-8 with ``surrogateescape``); they are re-encoded the
 same way so a MAC covers exactly the bytes that were sent and odd bytes can never raise.
@@ -21,21 +21,11 @@ from typing import Any
 import msgspec
 
 from pidispatch.receiver.refusals import (
-    AZURE_INVALID_CREDENTIAL,
-    AZURE_MISSING_CREDENTIAL,
-    AZURE_TABLE,
-    INVALID_DELIVERY_ID,
     INVALID_SIGNATURE,
     INVALID_TIMESTAMP,
     INVALID_TOKEN,
-    METHOD_NOT_ALLOWED,
-    MISSING_EVENT_HEADERS,
-    MISSING_GITLAB_DELIVERY,
-    MISSING_GITLAB_EVENT,
     MISSING_SIGNATURE,
     MISSING_TOKEN,
-    PAYLOAD_TOO_LARGE,
-    UNSUPPORTED_MEDIA_TYPE,
     ReceiverRefusal,
 )
 
@@ -73,70 +63,9 @@ def valid_delivery_id(delivery: str) -> bool:
     return 0 < len(delivery) <= MAX_DELIVERY_ID_CHARS and delivery.isprintable() and " " not in delivery
 
 
-def _too_large(content_length: int | None) -> bool:
+def too_large(content_length: int | None) -> bool:
+    """The declared length alone is past the limit (a chunked body is counted as it streams)."""
     return content_length is not None and content_length > MAX_BODY_BYTES
-
-
-# --- preambles: the rows decided before any body byte is read ---------------------------------------
-
-
-def github_preamble(
-    method: str,
-    content_type: str | None,
-    signature: str | None,
-    event: str | None,
-    delivery: str | None,
-    content_length: int | None,
-) -> ReceiverRefusal | None:
-    """GitHub and Forgejo/Gitea, in order: method, media type, signature, event headers, declared length.
-
-    The delivery id check sits with the event headers because a bad id is a header fault, not a body fault.
-    """
-    if method != "POST":
-        return METHOD_NOT_ALLOWED
-    if not is_json_media_type(content_type):
-        return UNSUPPORTED_MEDIA_TYPE
-    if not signature:
-        return MISSING_SIGNATURE
-    if not event or not delivery:
-        return MISSING_EVENT_HEADERS
-    if not valid_delivery_id(delivery):
-        return INVALID_DELIVERY_ID
-    if _too_large(content_length):
-        return PAYLOAD_TOO_LARGE
-    return None
-
-
-def gitlab_preamble(
-    method: str, content_type: str | None, event: str | None, delivery: str | None, content_length: int | None
-) -> ReceiverRefusal | None:
-    """In order: method, media type, event header, delivery id, declared length; the credential after."""
-    if method != "POST":
-        return METHOD_NOT_ALLOWED
-    if not is_json_media_type(content_type):
-        return UNSUPPORTED_MEDIA_TYPE
-    if not event:
-        return MISSING_GITLAB_EVENT
-    if not delivery:
-        return MISSING_GITLAB_DELIVERY
-    if not valid_delivery_id(delivery):
-        return INVALID_DELIVERY_ID
-    if _too_large(content_length):
-        return PAYLOAD_TOO_LARGE
-    return None
-
-
-def azure_preamble(
-    method: str, content_type: str | None, content_length: int | None,
-) -> ReceiverRefusal | None:
-    """Method, media type, declared length; the delivery id is in the body, read only after the credential."""
-    if method != "POST":
-        return AZURE_TABLE.method_not_allowed
-    if not is_json_media_type(content_type):
-        return AZURE_TABLE.unsupported_media_type
-    if _too_large(content_length):
-        return AZURE_TABLE.payload_too_large
-    return None
 
 
 # --- credentials over the raw bytes ------------------------------------------------------------------
@@ -234,32 +163,13 @@ def gitlab_token_match(digests: Sequence[bytes], presented: str | None) -> int |
     """GitLab ``token`` mode: ``X-Gitlab-Token`` against the configured digests."""
     if not presented:
         return MISSING_TOKEN
-    index = _digest_match(digests, _raw(presented))
+    index = digest_match(digests, presented)
     return index if index != NO_MATCH else INVALID_TOKEN
 
 
-def azure_credential_match(
-    digests: Sequence[bytes], presented: str | None, basic: bool,
-) -> int | ReceiverRefusal:
-    """Azure DevOps: the secret is the whole credential, nothing covers the body.
-
-    ``basic``: ``Authorization`` must start with exactly ``Basic `` and the trimmed rest (the base64 of
-    ``user:password``) is the secret; a ``Bearer`` header is wrong, not absent. Header mode: the
-    configured header's value is the secret, exactly. Comparing digests rather than checking lengths
-    first decides the same and leaks not even the length.
-    """
-    if not presented:
-        return AZURE_MISSING_CREDENTIAL
-    if basic:
-        if not presented.startswith("Basic "):
-            return AZURE_INVALID_CREDENTIAL
-        presented = presented[6:].strip()
-    index = _digest_match(digests, _raw(presented))
-    return index if index != NO_MATCH else AZURE_INVALID_CREDENTIAL
-
-
-def _digest_match(digests: Sequence[bytes], presented: bytes) -> int:
-    digest = token_digest(presented)
+def digest_match(digests: Sequence[bytes], presented: str) -> int:
+    """Index of the digest of the header value ``presented`` (as sent, byte for byte), else NO_MATCH."""
+    digest = token_digest(_raw(presented))
     for index, expected in enumerate(digests):
         if hmac.compare_digest(expected, digest):
             return index
