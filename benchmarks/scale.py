@@ -39,13 +39,15 @@ from pidispatch.common.registry import read_live_hosts, route_job
 from pidispatch.router import pipeline
 from pidispatch.router.lookup import SelfIds
 from pidispatch.router.triggers import parse_triggers
-from pidispatch.router.trim import trim_events
+from pidispatch.router.trim import trim_all
 
 RULE_COUNTS = (2, 20, 200, 2000)
 HOST_COUNTS = (1, 10, 100, 1000)
 TARGET_RULES_RATIO = 1.25
 TARGET_UPKEEP_MS = 5.0
 DAY_DELIVERIES = 1_000_000
+# The benchmark's own commands, left out of "the longest upkeep command".
+_NOT_UPKEEP = frozenset({"SLOWLOG", "XADD", "XGROUP", "CONFIG"})
 
 
 # ---- 1. rules --------------------------------------------------------------------------------------
@@ -200,33 +202,39 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
 
 
 async def upkeep_curve(r: Redis, maxlen: int, over: int) -> None:
-    print(f"4. upkeep: trimming {maxlen + over} acked 13 KB entries to {maxlen}")
+    total = maxlen + over
+    print(f"4. upkeep: {total} 13 KB deliveries in pages of 1,000, each acked, a trim pass after each page; "
+          f"cap {maxlen}")
     keys = Keys("benchtrim")
     body = json.dumps({"pad": "x" * 13_000})
-    for start in range(0, maxlen + over, 1000):
+    await r.xgroup_create(keys.events, ROUTER_GROUP, id="$", mkstream=True)
+    await r.config_set("slowlog-log-slower-than", 0)
+    await r.config_set("slowlog-max-len", 100_000)
+    longest, longest_command, trim_s = 0, "", 0.0
+    for start in range(0, total, 1000):
         async with r.pipeline(transaction=False) as pipe:
-            for _ in range(min(1000, maxlen + over - start)):
+            for _ in range(min(1000, total - start)):
                 pipe.xadd(keys.events, {"forge": "github", "event": "issues", "delivery": str(uuid.uuid4()),
                                         "received_at": "0", "body": body})
             await pipe.execute()
-    await r.xgroup_create(keys.events, ROUTER_GROUP, id="$")  # everything delivered and acked
-    await r.config_set("slowlog-log-slower-than", 0)
-    await r.config_set("slowlog-max-len", 100_000)
-    await r.slowlog_reset()
-    passes, start = 0, time.perf_counter()
-    while await r.xlen(keys.events) > maxlen * 1.1 and passes < 1000:
-        await trim_events(r, keys.events, maxlen)
-        passes += 1
-    elapsed = time.perf_counter() - start
-    removed = maxlen + over - await r.xlen(keys.events)
-    log = await r.slowlog_get(100_000)
+        await r.xgroup_setid(keys.events, ROUTER_GROUP, "$")  # everything delivered and acked
+        await r.slowlog_reset()
+        begun = time.perf_counter()
+        while await trim_all(r, keys, maxlen):
+            pass
+        trim_s += time.perf_counter() - begun
+        for entry in await r.slowlog_get(100_000):
+            command = text(entry["command"]).split(" ")[0].upper()
+            if command not in _NOT_UPKEEP and entry["duration"] > longest:
+                longest, longest_command = entry["duration"], command
     await r.config_set("slowlog-log-slower-than", 10_000)
-    longest = max(log, key=lambda e: e["duration"])
-    command = text(longest["command"]).split(" ")[0]
-    print(f"   {passes} passes removed {removed} entries in {elapsed:.2f} s "
-          f"({removed / elapsed:,.0f} entries/s of upkeep time)")
-    verdict = "met" if longest["duration"] / 1e3 <= TARGET_UPKEEP_MS else "NOT met"
-    print(f"   longest upkeep command {longest['duration'] / 1e3:.2f} ms ({command}); "
+    left = await r.xlen(keys.events)
+    removed = total - left
+    rate = removed / trim_s
+    print(f"   {removed} entries removed in {trim_s:.2f} s of trim passes ({rate:,.0f} entries/s); "
+          f"{left} left")
+    verdict = "met" if longest / 1e3 <= TARGET_UPKEEP_MS else "NOT met"
+    print(f"   longest upkeep command {longest / 1e3:.2f} ms ({longest_command}); "
           f"target <= {TARGET_UPKEEP_MS} ms: {verdict}")
 
 

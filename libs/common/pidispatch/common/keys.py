@@ -79,6 +79,15 @@ SPOOL_RETRY_BASE_S = 0.1
 SPOOL_RETRY_CAP_S = 1.0
 SPOOL_MAX_BYTES_DEFAULT = 1024**3
 
+# Trimming: one step removes at most this many entries (whole nodes), so no command runs long; a pass
+# takes at most so many steps before it lets the next pass continue. A mark is taken every keep/64 entries
+# and 256 are kept, so a cut keeps between keep and keep + keep/64 entries (plus what came since the pass).
+TRIM_INTERVAL_S = 5.0
+TRIM_STEP_ENTRIES = 200
+TRIM_PASS_STEPS = 500
+TRIM_MARK_SPACING = 64
+TRIM_MARKS_MAX = 256
+
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 
@@ -104,6 +113,21 @@ class Keys:
 
     def event(self, forge: str, delivery: str) -> str:
         return self._k("event", forge, delivery)
+
+    @property
+    def events_trimmed(self) -> str:
+        """How many entries trimming has removed from ``events`` (a counter)."""
+        return self._k("events-trimmed")
+
+    @property
+    def events_marks(self) -> str:
+        """(entries ever added, last id) samples of ``events``, by which its trim keeps a count."""
+        return self._k("events-marks")
+
+    @property
+    def jobs_trimmed(self) -> str:
+        """How many entries trimming has removed from the job streams, all of them (a counter)."""
+        return self._k("jobs-trimmed")
 
     @property
     def jobs(self) -> str:

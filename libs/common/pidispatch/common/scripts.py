@@ -70,12 +70,33 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 return {'queued', redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))}
 """)
 
-# The id of the ARGV[1]-th oldest entry, computed server-side so no entry body crosses the network.
-# KEYS: stream. ARGV: n. Returns the entry id, or false when the stream is empty.
-NTH_OLDEST_ID = Script("""
-local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])
-if #r == 0 then return false end
-return r[#r][1]
+# One bounded trim step: cut whole nodes older than ARGV[1], at most ARGV[2] entries, and count them so
+# "entries ever added" stays XLEN + trimmed without reading an entry.
+# KEYS: stream, its trimmed counter. ARGV: minid, limit. Returns the number of entries removed.
+TRIM_STEP = Script("""
+local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1], 'LIMIT', ARGV[2])
+if n > 0 then redis.call('INCRBY', KEYS[2], n) end
+return n
+""")
+
+# Mark (entries ever added, last id) when at least ARGV[1] entries came since the newest mark; keep the
+# ARGV[2] newest marks. XINFO STREAM is read server-side: no entry crosses the network.
+# KEYS: stream, its trimmed counter, its marks. Returns entries ever added, or false without a stream.
+TRIM_MARK = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local length, last
+for i = 1, #info, 2 do
+  if info[i] == 'length' then length = info[i + 1] end
+  if info[i] == 'last-generated-id' then last = info[i + 1] end
+end
+local added = length + tonumber(redis.call('GET', KEYS[2]) or '0')
+local newest = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if #newest == 0 or added - tonumber(newest[2]) >= tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[3], added, last)
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[2]) + 1))
+end
+return added
 """)
 
 # Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
