@@ -27,15 +27,18 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from itertools import chain
 from pathlib import Path
 
 from _events import payloads, wait_drained
 
+from pidispatch.common.dedup import remembered
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import ROUTER_GROUP, Keys
 from pidispatch.common.models import Event, text
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.registry import read_live_hosts, route_job
+from pidispatch.common.scripts import INGEST
 from pidispatch.router import pipeline
 from pidispatch.router.lookup import SelfIds
 from pidispatch.router.triggers import parse_triggers
@@ -168,9 +171,10 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
     await r.xgroup_create(keys.events, ROUTER_GROUP, id="0", mkstream=True)
     stream = labeled_events("pi:r7", deliveries)
     async with r.pipeline(transaction=False) as pipe:
-        for event in stream:
-            pipe.set(keys.seen(event.forge, event.delivery), "1", ex=31 * 86400)  # as the receiver does
-            pipe.xadd(keys.events, event.to_fields())
+        for event in stream:  # as the receiver appends them
+            seen = remembered(keys.seen, f"{event.forge}:{event.delivery}", event.received_at)
+            fields = chain.from_iterable(event.to_fields().items())
+            INGEST.in_pipeline(pipe, [*seen.buckets, keys.events], [seen.digest, seen.expire_at_s, *fields])
         await pipe.execute()
     env = {**os.environ, "REDIS_URL": url, "PD_KEY_PREFIX": keys.prefix, "PI_TRIGGERS_FILE": str(triggers),
            "PD_EVENTS_MAXLEN": str(deliveries * 2)}

@@ -13,9 +13,9 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from pidispatch.forges.github import auth as github_auth
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.forges.config import load_forge_config
+from pidispatch.forges.github import auth as github_auth
 from pidispatch.forges.github.auth import (
     GithubAuth,
     GithubAuthRefused,

@@ -14,10 +14,8 @@ DAY_S = 24 * 3600
 ROUTER_GROUP = "router"
 WORKER_GROUP = "workers"
 
-# Retention of dedup and decision keys: a redelivery within 31 days is still recognised.
-SEEN_TTL_S = 31 * DAY_S
+# Retention of decisions (delivery and job-id dedup keep 31 days: common.dedup).
 EVENT_DECISION_TTL_S = 7 * DAY_S
-JOBID_TTL_S = 31 * DAY_S
 DEDUP_WINDOW_MS = 10 * 60 * 1000
 JOB_STATE_TTL_S = 31 * DAY_S
 DEAD_MAXLEN = 10_000
@@ -108,8 +106,9 @@ class Keys:
     def events(self) -> str:
         return self._k("events")
 
-    def seen(self, forge: str, delivery: str) -> str:
-        return self._k("seen", forge, delivery)
+    def seen(self, day: int, shard: int) -> str:
+        """The deliveries seen on ``day`` (UTC days since the epoch) whose digest falls in ``shard``."""
+        return self._k("seen", str(day), str(shard))
 
     def event(self, forge: str, delivery: str) -> str:
         return self._k("event", forge, delivery)
@@ -136,8 +135,9 @@ class Keys:
     def host_jobs(self, host: str) -> str:
         return self._k("jobs", host)
 
-    def jobid(self, job_id: str) -> str:
-        return self._k("jobid", job_id)
+    def jobid(self, day: int, shard: int) -> str:
+        """The job ids queued on ``day`` whose digest falls in ``shard``."""
+        return self._k("jobid", str(day), str(shard))
 
     def dedup(self, semantic_key: str) -> str:
         return self._k("dedup", semantic_key)

@@ -44,30 +44,54 @@ class Script:
 
 # ---- receiver and router --------------------------------------------------------------------------
 
-# Append a verified delivery once: the dedup key and the XADD happen together or not at all.
-# KEYS: seen key, events stream. ARGV: seen ttl (s), then field/value pairs for the entry.
-# Returns the new entry id, or false when the delivery was seen before.
-INGEST = Script("""
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+# Is ARGV[1] (a 6-byte digest) in any of KEYS[first..last] (strings of digests end to end)? A match must
+# start on a digest boundary: one spanning two stored digests is not a match.
+_KNOWN_LUA = """
+local function known(first, last, digest)
+  for i = first, last do
+    local stored = redis.call('GET', KEYS[i])
+    if stored then
+      local from = 1
+      while true do
+        local at = string.find(stored, digest, from, true)
+        if not at then break end
+        if (at - 1) % #digest == 0 then return true end
+        from = at + 1
+      end
+    end
+  end
+  return false
 end
-return false
+"""
+
+# Append a verified delivery once: remembering it and the XADD happen together or not at all.
+# KEYS: its seen buckets (today's first, common.dedup), events stream. ARGV: digest, today's bucket
+# expiry (unix s), then field/value pairs for the entry.
+# Returns the new entry id, or false when the delivery was seen within the window.
+INGEST = Script(_KNOWN_LUA + """
+if known(1, #KEYS - 1, ARGV[1]) then return false end
+redis.call('APPEND', KEYS[1], ARGV[1])
+redis.call('EXPIREAT', KEYS[1], ARGV[2])
+return redis.call('XADD', KEYS[#KEYS], '*', unpack(ARGV, 3))
 """)
 
-# Enqueue a job at most once: exact id first (31 days), then the semantic window.
-# KEYS: jobid key, dedup key, job stream. ARGV: job id, jobid ttl (s), dedup ttl (ms), field/value pairs.
+# Enqueue a job at most once: exact id first (31 days, common.dedup), then the semantic window.
+# KEYS: its jobid buckets (today's first), dedup key, job stream. ARGV: job id, its digest, today's bucket
+# expiry (unix s), dedup ttl (ms), then field/value pairs.
 # Returns {'queued', entry id} | {'duplicate', job id} | {'deduplicated', surviving job id}.
-ENQUEUE = Script("""
-if redis.call('EXISTS', KEYS[1]) == 1 then
+ENQUEUE = Script(_KNOWN_LUA + """
+local dedup, stream = KEYS[#KEYS - 1], KEYS[#KEYS]
+if known(1, #KEYS - 2, ARGV[2]) then
   return {'duplicate', ARGV[1]}
 end
-local survivor = redis.call('GET', KEYS[2])
+local survivor = redis.call('GET', dedup)
 if survivor and survivor ~= ARGV[1] then
   return {'deduplicated', survivor}
 end
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-return {'queued', redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))}
+redis.call('APPEND', KEYS[1], ARGV[2])
+redis.call('EXPIREAT', KEYS[1], ARGV[3])
+redis.call('SET', dedup, ARGV[1], 'PX', ARGV[4])
+return {'queued', redis.call('XADD', stream, '*', unpack(ARGV, 5))}
 """)
 
 # One bounded trim step: cut whole nodes older than ARGV[1], at most ARGV[2] entries, and count them so
