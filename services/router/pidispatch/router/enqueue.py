@@ -12,7 +12,7 @@ from pidispatch.common.keys import DEDUP_WINDOW_MS, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
-from pidispatch.common.registry import HostCache, job_needs, route_job
+from pidispatch.common.registry import HostCache, job_needs
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.scripts import ENQUEUE
 
@@ -32,7 +32,7 @@ class Enqueuer:
         if not needs:
             return self.keys.jobs  # most jobs: no registry read, not even a cache lookup
         try:
-            host = route_job(needs, await self.hosts.hosts(), job.id)
+            host = await self.hosts.route(needs, job.id)
         except Exception:  # a routing hint must never cost a job: the shared stream is always right
             return self.keys.jobs
         if host is None:
