@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,13 +21,15 @@ import pytest
 import structlog
 from aiohttp.test_utils import TestClient, TestServer
 
+from pidispatch.common.dedup import DAY_MS, WINDOW_DAYS, remembered
 from pidispatch.common.embedded import free_port
-from pidispatch.common.keys import SEEN_TTL_S, Keys
+from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
+from tests.support.dedup import is_remembered, remembered_count
 from tests.support.payloads import FIXTURES, octokit_examples
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
@@ -34,7 +37,8 @@ from tests.support.receiver import TEST_SECRET, debug_logs, github_signature, me
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 PING = (FIXTURES / "github" / "ping.json").read_bytes()
-RECEIVED_AT = 1_700_000_000_123
+# Today (a delivery's dedup bucket lives from its day on), at .123 s past a second.
+RECEIVED_AT = int(time.time()) * 1000 + 123
 
 Client = TestClient[aiohttp.web.Request, aiohttp.web.Application]
 
@@ -133,9 +137,11 @@ async def test_signed_issues_labeled_is_appended_once_with_the_posted_bytes(
         received_at=RECEIVED_AT,
         body=ISSUES_LABELED.decode(),
     )
-    seen = keys.seen("github", delivery)
-    assert await redis.get(seen) == b"1"
-    assert 0 < await redis.ttl(seen) <= SEEN_TTL_S
+    assert await is_remembered(redis, keys.seen, f"github:{delivery}", RECEIVED_AT)
+    # Remembered for the dedup window: its bucket outlives its day by WINDOW_DAYS, and no longer.
+    bucket = remembered(keys.seen, f"github:{delivery}", RECEIVED_AT).buckets[0]
+    expires_in = (RECEIVED_AT // DAY_MS + WINDOW_DAYS + 1) * DAY_MS // 1000 - int(time.time())
+    assert expires_in - 2 <= await redis.ttl(bucket) <= expires_in
 
 
 async def test_redelivery_answers_duplicate_and_appends_nothing(
@@ -454,9 +460,7 @@ async def test_receiver_answers_503_when_redis_is_stopped_and_202_after_it_retur
     assert await _deliveries(redis, keys, delivery) == 1
     assert await _deliveries(redis, keys, before) == 1
     assert await redis.xlen(keys.events) == 2
-    assert sorted(await redis.keys(keys.seen("github", "*"))) == sorted(
-        [keys.seen("github", before).encode(), keys.seen("github", delivery).encode()]
-    )
+    assert await remembered_count(redis, f"{keys.prefix}:seen:*") == 2
 
 
 async def test_receiver_answers_503_within_bound_when_redis_hangs(

@@ -27,6 +27,7 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.config import load_receiver_config
+from tests.support.dedup import is_remembered, remembered_count
 from tests.support.payloads import fixture_bytes, fixture_paths
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
@@ -52,7 +53,8 @@ from tests.support.receiver import (
     post_declaring,
 )
 
-RECEIVED_AT = 1_700_000_000_123  # the app's clock: GitLab's 5-minute window is measured from it
+# Today (a delivery's dedup bucket lives from its day on), at .123 s past a second.
+RECEIVED_AT = int(time.time()) * 1000 + 123  # the app's clock: GitLab's 5-minute window is measured from it
 NOW_S = RECEIVED_AT // 1000
 ALL_ARMS = {**forgejo_env(), **gitlab_signature_env(), **azure_basic_env()}
 
@@ -204,7 +206,7 @@ async def test_azure_payloads_are_stored_by_event_type_with_the_body_id(
     assert len(stored) == 2
     entries = await _entries(redis, keys)
     assert [(e["event"].decode(), e["delivery"].decode(), e["body"]) for e in entries] == stored
-    assert await redis.exists(keys.seen("azure", AZURE_PR_ID)) == 1
+    assert await is_remembered(redis, keys.seen, f"azure:{AZURE_PR_ID}", RECEIVED_AT)
 
 
 async def test_redelivery_is_a_duplicate_on_every_forge(client: Client, redis: Redis, keys: Keys) -> None:
@@ -599,7 +601,7 @@ async def test_redis_stopped_mid_test_is_503_then_202_with_nothing_half_written(
         assert [(e["forge"].decode(), e["delivery"].decode(), e["body"]) for e in entries] == [
             (forge, delivery, body)
         ]
-        assert await redis.keys(f"{keys.prefix}:seen:*") == [keys.seen(forge, delivery).encode()]
+        assert await remembered_count(redis, f"{keys.prefix}:seen:*") == 1
         text = await (await client.get("/metrics")).text()
         assert metric(text, "pd_receiver_append_failures_total", forge=forge) == 1
     finally:

@@ -10,6 +10,7 @@ methods, content types and paths. The app runs in-process against the real Redis
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,8 @@ from tests.support.receiver import (
     gitlab_token_headers,
 )
 
-RECEIVED_AT = 1_700_000_000_123
+# Today (a delivery's dedup bucket lives from its day on), at .123 s past a second.
+RECEIVED_AT = int(time.time()) * 1000 + 123
 NOW_S = RECEIVED_AT // 1000
 # Deployment "a": GitLab signature mode, Azure basic; "b": GitLab token mode, Azure header mode.
 DEPLOYMENTS = {

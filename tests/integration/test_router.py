@@ -24,7 +24,6 @@ from pidispatch.common.streams import ensure_group, read_group
 from pidispatch.router import pipeline
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
-from pidispatch.router.trim import choose_minid, trim_events
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
@@ -330,40 +329,3 @@ def test_router_refuses_bad_triggers_file_with_exit_2(
     )
     assert proc.returncode == 2
     assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-
-
-# --- trimming pd:events -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("groups", "nth", "expected"),
-    [
-        ([("5-0", "9-0")], None, None),  # not over the cap: nothing to trim
-        ([], "7-0", None),  # no group: every entry is unread work
-        ([(None, "0-0")], "7-0", None),  # nothing delivered yet
-        ([("5-0", "9-0")], "7-0", "5-0"),  # the oldest pending entry bounds the trim
-        ([(None, "9-0")], "7-0", "7-0"),  # all finished: keep MAXLEN
-        ([(None, "3-1")], "7-0", "3-1"),  # never past the last delivered entry
-        ([(None, "9-0"), ("4-2", "9-0")], "7-0", "4-2"),  # the slowest group wins
-        ([(None, "10-0")], "9-5", "9-5"),  # ids compare numerically, not as text
-    ],
-)
-def test_choose_minid(groups: list[tuple[str | None, str]], nth: str | None, expected: str | None) -> None:
-    assert choose_minid(groups, nth) == expected
-
-
-async def test_trimming_never_drops_an_entry_the_group_has_not_finished(redis: Redis, keys: Keys) -> None:
-    stream = keys.events
-    ids = [_s(await redis.xadd(stream, {"n": str(i)})) for i in range(300)]
-    assert await trim_events(redis, stream, 50, approximate=False) is None  # no group yet: keep everything
-    await ensure_group(redis, stream, ROUTER_GROUP)
-    read = await read_group(redis, ROUTER_GROUP, "c", {stream: ">"}, count=250)
-    await redis.xack(stream, ROUTER_GROUP, *[entry_id for _, entry_id, _ in read[:200]])
-
-    assert await trim_events(redis, stream, 50, approximate=False) == ids[200]
-    assert _s((await redis.xrange(stream, count=1))[0][0]) == ids[200]  # the oldest pending survives
-    assert await redis.xlen(stream) == 100
-
-    await redis.xack(stream, ROUTER_GROUP, *[entry_id for _, entry_id, _ in read[200:]])
-    assert await trim_events(redis, stream, 50, approximate=False) == ids[249]  # last delivered
-    assert await redis.xlen(stream) == 51

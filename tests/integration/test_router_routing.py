@@ -103,14 +103,14 @@ async def test_a_job_without_a_profile_goes_to_the_shared_stream_without_a_regis
     await register(redis, keys, "mini1", "s:prod")
     await register(redis, keys, "mini2", "")
     lookups = 0
-    real = HostCache.hosts
+    real = HostCache.fleet
 
     async def counted(self: HostCache) -> Any:
         nonlocal lookups
         lookups += 1
         return await real(self)
 
-    monkeypatch.setattr(HostCache, "hosts", counted)
+    monkeypatch.setattr(HostCache, "fleet", counted)
     with structlog.testing.capture_logs() as logs:
         async with running_router(base_env, redis, keys, rules_of(PLAIN_RULE)):
             delivery = await deliver(redis, keys)

@@ -1,5 +1,6 @@
-"""pidispatch.common.registry.HostCache: the router's view of the registry: cached 5 s, one read in flight, a
-failed read cached as [] and logged once per transition."""
+"""pidispatch.common.registry.HostCache: the router's view of the registry, off the event path: only the first
+call waits for a read; a snapshot 5 s old is re-read in the background (one read in flight) and used
+meanwhile; a failed read is a snapshot with no host, and each job it sends to the shared stream is counted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import structlog
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import HostCache, HostRow, RegistryUnreachable, read_live_hosts
+from tests.support.polling import wait_for
 
 T0 = 1_800_000_000_000
 
@@ -45,20 +47,37 @@ async def beat(redis: Redis, keys: Keys, name: str, at: int) -> None:
     await redis.sadd(keys.hosts, name)
 
 
-async def test_reads_are_cached_for_five_seconds(redis: Redis, keys: Keys) -> None:
+def names(cache_hosts: tuple[HostRow, ...]) -> list[str]:
+    return [h.name for h in cache_hosts]
+
+
+async def test_only_the_first_call_waits_and_a_stale_snapshot_is_reread_in_the_background(
+    redis: Redis, keys: Keys
+) -> None:
     clock, read = Clock(), CountingRead()
     cache = HostCache(redis, keys, clock, read=read)
     await beat(redis, keys, "mini1", T0)
-    assert [h.name for h in await cache.hosts()] == ["mini1"]
+    assert names((await cache.fleet()).hosts) == ["mini1"]
     assert read.calls == 1
 
     await beat(redis, keys, "mini2", T0)
     clock.now += 4_000
-    assert [h.name for h in await cache.hosts()] == ["mini1"]  # served from cache: no read
+    assert names((await cache.fleet()).hosts) == ["mini1"]  # fresh: no read
     assert read.calls == 1
     clock.now += 2_000
-    assert [h.name for h in await cache.hosts()] == ["mini1", "mini2"]
+    read.gate.clear()
+    assert names((await cache.fleet()).hosts) == ["mini1"]  # stale: used while the re-read runs
+    await asyncio.sleep(0)  # the re-read starts
+    assert names((await cache.fleet()).hosts) == ["mini1"]
+    await asyncio.sleep(0)
+    assert read.calls == 2  # one read in flight, however many callers
+    read.gate.set()
+    await wait_for(lambda: _has(cache, "mini2"), what="the new snapshot")
     assert read.calls == 2
+
+
+async def _has(cache: HostCache, name: str) -> bool:
+    return name in names((await cache.fleet()).hosts)
 
 
 async def test_concurrent_callers_on_a_cold_cache_share_one_read(redis: Redis, keys: Keys) -> None:
@@ -66,41 +85,47 @@ async def test_concurrent_callers_on_a_cold_cache_share_one_read(redis: Redis, k
     read.gate.clear()
     cache = HostCache(redis, keys, Clock(), read=read)
     await beat(redis, keys, "mini1", T0)
-    callers = [asyncio.create_task(cache.hosts()) for _ in range(8)]
+    callers = [asyncio.create_task(cache.fleet()) for _ in range(8)]
     await asyncio.sleep(0)  # let every caller reach the in-flight read before it completes
     read.gate.set()
     results = await asyncio.gather(*callers)
     assert read.calls == 1
-    assert all([h.name for h in r] == ["mini1"] for r in results)
+    assert all(names(r.hosts) == ["mini1"] for r in results)
 
 
 async def test_a_cancelled_caller_does_not_cancel_the_shared_read(redis: Redis, keys: Keys) -> None:
     read = CountingRead()
     read.gate.clear()
     cache = HostCache(redis, keys, Clock(), read=read)
-    first, second = asyncio.create_task(cache.hosts()), asyncio.create_task(cache.hosts())
+    first, second = asyncio.create_task(cache.fleet()), asyncio.create_task(cache.fleet())
     await asyncio.sleep(0)
     first.cancel()
     read.gate.set()
-    assert await second == []
+    assert (await second).hosts == ()
     assert read.calls == 1
 
 
-async def test_a_failed_read_is_cached_as_empty_and_logged_once(redis: Redis, keys: Keys) -> None:
+async def test_a_failed_read_sends_jobs_to_the_shared_stream_counted_and_logged_once_a_window(
+    redis: Redis, keys: Keys
+) -> None:
     clock, read = Clock(), CountingRead(fail=True)
     cache = HostCache(redis, keys, clock, read=read)
+    await beat(redis, keys, "mini1", T0)
+    await beat(redis, keys, "plain", T0)
+    await redis.hset(keys.host("plain"), "caps", "")
     with structlog.testing.capture_logs() as logs:
-        for _ in range(5):
-            assert await cache.hosts() == []
-        assert read.calls == 1
-        clock.now += 5_000
-        assert await cache.hosts() == [] and read.calls == 2  # still down: no second log line
+        for i in range(5):
+            assert await cache.route(["s:prod"], f"gh-{i}") is None
+        assert await cache.route([], "gh-x") is None  # needs nothing: not a fall-back
+        assert read.calls == 1 and cache.fallbacks == 5
         read.fail = False
-        await beat(redis, keys, "mini1", clock.now)
         clock.now += 5_000
-        assert [h.name for h in await cache.hosts()] == ["mini1"]
+        await wait_for(lambda: cache.route(["s:prod"], "gh-9"), what="routing after the registry returns")
     events = [e["event"] for e in logs if e["event"].startswith("host_registry")]
-    assert events == ["host_registry_unreachable", "host_registry_restored"]
+    # Once a window: the first fall-back, then the one that used the failed snapshot 5 s later.
+    assert events == ["host_registry_unreachable", "host_registry_fallback", "host_registry_fallback",
+                      "host_registry_restored"]
+    assert [e["fallbacks"] for e in logs if e["event"] == "host_registry_fallback"] == [1, 6]
     assert logs[0]["reason"] == "ConnectionError"
 
 
@@ -109,4 +134,5 @@ async def test_any_exception_from_the_read_fails_open(redis: Redis, keys: Keys) 
         raise ValueError("a bug")
 
     cache = HostCache(redis, keys, Clock(), read=broken)
-    assert await cache.hosts() == []
+    assert (await cache.fleet()).hosts == ()
+    assert await cache.route(["s:prod"], "gh-1") is None and cache.fallbacks == 1

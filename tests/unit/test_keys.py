@@ -8,11 +8,13 @@ from pidispatch.common.keys import Keys
 def test_names_follow_the_design_keyspace() -> None:
     k = Keys("pd")
     assert k.events == "pd:events"
-    assert k.seen("github", "abc") == "pd:seen:github:abc"
+    assert k.seen(20423, 513) == "pd:seen:20423:513"
     assert k.event("github", "abc") == "pd:event:github:abc"
     assert k.jobs == "pd:jobs"
     assert k.host_jobs("mini1") == "pd:jobs:mini1"
-    assert k.jobid("gh-abc") == "pd:jobid:gh-abc"
+    assert k.jobid(20423, 7) == "pd:jobid:20423:7"
+    assert k.events_trimmed == "pd:events-trimmed" and k.events_marks == "pd:events-marks"
+    assert k.jobs_trimmed == "pd:jobs-trimmed"
     assert k.dedup("o/r#7:fix") == "pd:dedup:o/r#7:fix"
     assert k.job("gh-abc") == "pd:job:gh-abc"
     assert k.dead == "pd:dead"

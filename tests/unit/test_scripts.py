@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 from pidispatch.common import scripts
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.common.scripts import NTH_OLDEST_ID, Script
+from pidispatch.common.scripts import TRIM_MARK, Script
 
 
 def registered() -> list[Script]:
@@ -25,25 +25,26 @@ async def test_every_registered_script_compiles(redis: Redis) -> None:
 
 
 async def test_a_call_after_the_script_cache_was_flushed_loads_it_once(redis: Redis, keys: Keys) -> None:
-    stream = keys.jobs
-    first = await redis.xadd(stream, {"a": "1"})
-    await redis.xadd(stream, {"a": "2"})
+    mark = [keys.events, keys.events_trimmed, keys.events_marks]
+    await redis.xadd(keys.events, {"a": "1"})
+    await redis.xadd(keys.events, {"a": "2"})
     await redis.script_flush()
-    assert await NTH_OLDEST_ID(redis, [stream], [1]) == first
-    assert (await redis.script_exists(NTH_OLDEST_ID.sha)) == [True]
-    assert await NTH_OLDEST_ID(redis, [stream], [5]) != first
+    assert await TRIM_MARK(redis, mark, [1, 10]) == 2
+    assert (await redis.script_exists(TRIM_MARK.sha)) == [True]
+    await redis.xadd(keys.events, {"a": "3"})
+    assert await TRIM_MARK(redis, mark, [1, 10]) == 3
+    assert await redis.zcard(keys.events_marks) == 2
 
 
 async def test_a_pipelined_call_after_the_script_cache_was_flushed_loads_it_first(
     redis: Redis, keys: Keys
 ) -> None:
-    stream = keys.jobs
-    first = await redis.xadd(stream, {"a": "1"})
+    await redis.xadd(keys.events, {"a": "1"})
     await redis.script_flush()
     async with redis.pipeline(transaction=False) as pipe:
-        NTH_OLDEST_ID.in_pipeline(pipe, [stream], [1])
-        NTH_OLDEST_ID.in_pipeline(pipe, [keys.events], [1])
-        assert await pipe.execute() == [first, None]
+        TRIM_MARK.in_pipeline(pipe, [keys.events, keys.events_trimmed, keys.events_marks], [1, 10])
+        TRIM_MARK.in_pipeline(pipe, [keys.jobs, keys.jobs_trimmed, keys.events_marks], [1, 10])
+        assert await pipe.execute() == [1, None]  # the second stream does not exist
 
 
 async def test_bounded_passes_the_reply_through(redis: Redis) -> None:

@@ -14,10 +14,8 @@ DAY_S = 24 * 3600
 ROUTER_GROUP = "router"
 WORKER_GROUP = "workers"
 
-# Retention of dedup and decision keys: a redelivery within 31 days is still recognised.
-SEEN_TTL_S = 31 * DAY_S
+# Retention of decisions (delivery and job-id dedup keep 31 days: common.dedup).
 EVENT_DECISION_TTL_S = 7 * DAY_S
-JOBID_TTL_S = 31 * DAY_S
 DEDUP_WINDOW_MS = 10 * 60 * 1000
 JOB_STATE_TTL_S = 31 * DAY_S
 DEAD_MAXLEN = 10_000
@@ -79,6 +77,15 @@ SPOOL_RETRY_BASE_S = 0.1
 SPOOL_RETRY_CAP_S = 1.0
 SPOOL_MAX_BYTES_DEFAULT = 1024**3
 
+# Trimming: one step removes at most this many entries (whole nodes), so no command runs long; a pass
+# takes at most so many steps before it lets the next pass continue. A mark is taken every keep/64 entries
+# and 256 are kept, so a cut keeps between keep and keep + keep/64 entries (plus what came since the pass).
+TRIM_INTERVAL_S = 5.0
+TRIM_STEP_ENTRIES = 200
+TRIM_PASS_STEPS = 500
+TRIM_MARK_SPACING = 64
+TRIM_MARKS_MAX = 256
+
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 
@@ -99,11 +106,27 @@ class Keys:
     def events(self) -> str:
         return self._k("events")
 
-    def seen(self, forge: str, delivery: str) -> str:
-        return self._k("seen", forge, delivery)
+    def seen(self, day: int, shard: int) -> str:
+        """The deliveries seen on ``day`` (UTC days since the epoch) whose digest falls in ``shard``."""
+        return self._k("seen", str(day), str(shard))
 
     def event(self, forge: str, delivery: str) -> str:
         return self._k("event", forge, delivery)
+
+    @property
+    def events_trimmed(self) -> str:
+        """How many entries trimming has removed from ``events`` (a counter)."""
+        return self._k("events-trimmed")
+
+    @property
+    def events_marks(self) -> str:
+        """(entries ever added, last id) samples of ``events``, by which its trim keeps a count."""
+        return self._k("events-marks")
+
+    @property
+    def jobs_trimmed(self) -> str:
+        """How many entries trimming has removed from the job streams, all of them (a counter)."""
+        return self._k("jobs-trimmed")
 
     @property
     def jobs(self) -> str:
@@ -112,8 +135,9 @@ class Keys:
     def host_jobs(self, host: str) -> str:
         return self._k("jobs", host)
 
-    def jobid(self, job_id: str) -> str:
-        return self._k("jobid", job_id)
+    def jobid(self, day: int, shard: int) -> str:
+        """The job ids queued on ``day`` whose digest falls in ``shard``."""
+        return self._k("jobid", str(day), str(shard))
 
     def dedup(self, semantic_key: str) -> str:
         return self._k("dedup", semantic_key)

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from pidispatch.common.health import Health
 from pidispatch.common.keys import HOSTS_CACHE_TTL_MS, REGISTRY_READ_TIMEOUT_S, ROUTE_FRESH_MS, Keys
+from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, decode_fields, text
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.runtime import EpochMsClock
@@ -204,25 +205,48 @@ def fnv1a32(text: str) -> int:
     return h
 
 
+class Fleet:
+    """One registry snapshot. Each capability set's capable hosts are found once per snapshot, so routing
+    a job is a dictionary lookup and one FNV-1a, whatever the fleet's size."""
+
+    __slots__ = ("_choices", "hosts")
+
+    def __init__(self, hosts: Sequence[HostRow]) -> None:
+        self.hosts = tuple(hosts)
+        self._choices: dict[tuple[frozenset[str], str | None], tuple[str, ...]] = {}
+
+    def route(self, needs: Sequence[str], job_id: str, *, exclude: str | None = None) -> str | None:
+        """The host whose stream this job belongs on, or None for the shared stream.
+
+        Four abstentions, each landing on the shared stream: the job needs nothing host-specific; every
+        live host can serve it (the shared stream load-balances); no live host can (the worker's
+        pre-spend refusal names what to fix); no capable host drains a stream of its own. Otherwise
+        FNV-1a of the job id picks among the capable routable hosts: a redelivery lands the same way
+        and replicas (whose ids differ) spread.
+        """
+        if not needs:
+            return None
+        key = (frozenset(needs), exclude)
+        names = self._choices.get(key)
+        if names is None:
+            names = self._choices[key] = _routable(self.hosts, key[0], exclude)
+        return names[fnv1a32(job_id) % len(names)] if names else None
+
+
+def _routable(hosts: Sequence[HostRow], wanted: frozenset[str], exclude: str | None) -> tuple[str, ...]:
+    """The sorted names a job needing ``wanted`` may be routed to; empty for the shared stream."""
+    live = [h for h in hosts if h.name != exclude and is_live(h)]
+    capable = [h for h in live if wanted <= h.caps]
+    if not capable or len(capable) == len(live):
+        return ()
+    return tuple(sorted({h.name for h in capable if h.routes}))
+
+
 def route_job(
     needs: Sequence[str], hosts: Sequence[HostRow], job_id: str, *, exclude: str | None = None
 ) -> str | None:
-    """The host whose stream this job belongs on, or None for the shared stream.
-
-    Four abstentions, each landing on the shared stream: the job needs nothing
-    host-specific; every live host can serve it (the shared stream load-balances); no live host can
-    (the worker's pre-spend refusal names what to fix); no capable host drains a stream of its own.
-    Otherwise FNV-1a of the job id picks among the capable routable hosts: a redelivery lands the same
-    way and replicas (whose ids differ) spread.
-    """
-    if not needs:
-        return None
-    live = [h for h in hosts if h.name != exclude and is_live(h)]
-    wanted = set(needs)
-    capable = [h for h in live if wanted <= h.caps]
-    if not capable or len(capable) == len(live):
-        return None
-    return pick_host([h.name for h in capable if h.routes], job_id)
+    """``Fleet(hosts).route``: for a caller that routes one job against a list it just read."""
+    return Fleet(hosts).route(needs, job_id, exclude=exclude)
 
 
 def is_live(host: HostRow) -> bool:
@@ -262,10 +286,13 @@ class HostReader(Protocol):
 
 
 class HostCache:
-    """The registry as the router sees it: re-read at most once per ``ttl_ms``, one read in flight.
+    """The registry as the router sees it, off the event path: a job is routed against the newest
+    snapshot, which is re-read in the background once it is ``ttl_ms`` old (one read in flight). Only
+    the very first call waits for a read (bounded by ``timeout_s``).
 
-    A failed read is cached as [] for the same window, so an unreachable Redis costs one bounded read
-    per window rather than one per delivery, and every job meanwhile goes to the shared stream.
+    A failed read is a snapshot with no host, so every job needing a capability goes to the shared
+    stream (where a worker that cannot serve it forwards it); each such fall-back is counted and logged
+    at most once per window, with the count so far.
     """
 
     def __init__(
@@ -281,30 +308,49 @@ class HostCache:
         self.redis, self.keys, self.clock = redis, keys, clock
         self.ttl_ms, self.timeout_s, self.read = ttl_ms, timeout_s, read
         self.health = Health("host_registry_unreachable", "host_registry_restored")
-        self._hosts: list[HostRow] = []
+        self.fallbacks = 0  # jobs that needed a host but went to the shared stream: the registry was unread
+        self._fleet = Fleet(())
+        self._unread = False
         self._at: int | None = None
-        self._inflight: asyncio.Task[list[HostRow]] | None = None
+        self._logged_at: int | None = None
+        self._inflight: asyncio.Task[None] | None = None
 
-    async def hosts(self) -> list[HostRow]:
-        if self._at is not None and self.clock() - self._at < self.ttl_ms:
-            return self._hosts
+    async def fleet(self) -> Fleet:
+        """The newest snapshot; a stale one starts a background re-read and is used meanwhile."""
+        if self._at is None:
+            await asyncio.shield(self._refreshing())
+        elif self.clock() - self._at >= self.ttl_ms:
+            self._refreshing()
+        return self._fleet
+
+    async def route(self, needs: Sequence[str], job_id: str) -> str | None:
+        """The host for a job needing ``needs``, or None for the shared stream."""
+        fleet = await self.fleet()
+        if needs and self._unread:
+            self.fallbacks += 1
+            now = self.clock()
+            if self._logged_at is None or now - self._logged_at >= self.ttl_ms:
+                self._logged_at = now
+                get_logger().warning("host_registry_fallback", fallbacks=self.fallbacks)
+        return fleet.route(needs, job_id)
+
+    def _refreshing(self) -> asyncio.Task[None]:
         if self._inflight is None:
             self._inflight = asyncio.ensure_future(self._refresh())
-        # Shielded: a caller cancelled mid-wait must not cancel the read every other caller awaits.
-        return await asyncio.shield(self._inflight)
+        return self._inflight
 
-    async def _refresh(self) -> list[HostRow]:
+    async def _refresh(self) -> None:
         try:
             try:
                 hosts = await self.read(self.redis, self.keys, self.clock(), timeout_s=self.timeout_s)
+                self._unread = False
                 self.health.ok()
             except RegistryUnreachable as exc:
-                hosts = []
+                hosts, self._unread = [], True
                 self.health.failed(reason=exc.reason)
             except Exception as exc:  # a routing hint fails open onto the shared stream, whatever broke
-                hosts = []
+                hosts, self._unread = [], True
                 self.health.failed(reason=type(exc).__name__)
-            self._hosts, self._at = hosts, self.clock()
-            return hosts
+            self._fleet, self._at = Fleet(hosts), self.clock()
         finally:
             self._inflight = None  # even when cancelled, so the next caller starts a fresh read

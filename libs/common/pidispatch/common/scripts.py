@@ -44,38 +44,83 @@ class Script:
 
 # ---- receiver and router --------------------------------------------------------------------------
 
-# Append a verified delivery once: the dedup key and the XADD happen together or not at all.
-# KEYS: seen key, events stream. ARGV: seen ttl (s), then field/value pairs for the entry.
-# Returns the new entry id, or false when the delivery was seen before.
-INGEST = Script("""
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+# Is ARGV[1] (a 6-byte digest) in any of KEYS[first..last] (strings of digests end to end)? A match must
+# start on a digest boundary: one spanning two stored digests is not a match.
+_KNOWN_LUA = """
+local function known(first, last, digest)
+  for i = first, last do
+    local stored = redis.call('GET', KEYS[i])
+    if stored then
+      local from = 1
+      while true do
+        local at = string.find(stored, digest, from, true)
+        if not at then break end
+        if (at - 1) % #digest == 0 then return true end
+        from = at + 1
+      end
+    end
+  end
+  return false
 end
-return false
+"""
+
+# Append a verified delivery once: remembering it and the XADD happen together or not at all.
+# KEYS: its seen buckets (today's first, common.dedup), events stream. ARGV: digest, today's bucket
+# expiry (unix s), then field/value pairs for the entry.
+# Returns the new entry id, or false when the delivery was seen within the window.
+INGEST = Script(_KNOWN_LUA + """
+if known(1, #KEYS - 1, ARGV[1]) then return false end
+redis.call('APPEND', KEYS[1], ARGV[1])
+redis.call('EXPIREAT', KEYS[1], ARGV[2])
+return redis.call('XADD', KEYS[#KEYS], '*', unpack(ARGV, 3))
 """)
 
-# Enqueue a job at most once: exact id first (31 days), then the semantic window.
-# KEYS: jobid key, dedup key, job stream. ARGV: job id, jobid ttl (s), dedup ttl (ms), field/value pairs.
+# Enqueue a job at most once: exact id first (31 days, common.dedup), then the semantic window.
+# KEYS: its jobid buckets (today's first), dedup key, job stream. ARGV: job id, its digest, today's bucket
+# expiry (unix s), dedup ttl (ms), then field/value pairs.
 # Returns {'queued', entry id} | {'duplicate', job id} | {'deduplicated', surviving job id}.
-ENQUEUE = Script("""
-if redis.call('EXISTS', KEYS[1]) == 1 then
+ENQUEUE = Script(_KNOWN_LUA + """
+local dedup, stream = KEYS[#KEYS - 1], KEYS[#KEYS]
+if known(1, #KEYS - 2, ARGV[2]) then
   return {'duplicate', ARGV[1]}
 end
-local survivor = redis.call('GET', KEYS[2])
+local survivor = redis.call('GET', dedup)
 if survivor and survivor ~= ARGV[1] then
   return {'deduplicated', survivor}
 end
-redis.call('SET', KEYS[1], '1', 'EX', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-return {'queued', redis.call('XADD', KEYS[3], '*', unpack(ARGV, 4))}
+redis.call('APPEND', KEYS[1], ARGV[2])
+redis.call('EXPIREAT', KEYS[1], ARGV[3])
+redis.call('SET', dedup, ARGV[1], 'PX', ARGV[4])
+return {'queued', redis.call('XADD', stream, '*', unpack(ARGV, 5))}
 """)
 
-# The id of the ARGV[1]-th oldest entry, computed server-side so no entry body crosses the network.
-# KEYS: stream. ARGV: n. Returns the entry id, or false when the stream is empty.
-NTH_OLDEST_ID = Script("""
-local r = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[1])
-if #r == 0 then return false end
-return r[#r][1]
+# One bounded trim step: cut whole nodes older than ARGV[1], at most ARGV[2] entries, and count them so
+# "entries ever added" stays XLEN + trimmed without reading an entry.
+# KEYS: stream, its trimmed counter. ARGV: minid, limit. Returns the number of entries removed.
+TRIM_STEP = Script("""
+local n = redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[1], 'LIMIT', ARGV[2])
+if n > 0 then redis.call('INCRBY', KEYS[2], n) end
+return n
+""")
+
+# Mark (entries ever added, last id) when at least ARGV[1] entries came since the newest mark; keep the
+# ARGV[2] newest marks. XINFO STREAM is read server-side: no entry crosses the network.
+# KEYS: stream, its trimmed counter, its marks. Returns entries ever added, or false without a stream.
+TRIM_MARK = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local length, last
+for i = 1, #info, 2 do
+  if info[i] == 'length' then length = info[i + 1] end
+  if info[i] == 'last-generated-id' then last = info[i + 1] end
+end
+local added = length + tonumber(redis.call('GET', KEYS[2]) or '0')
+local newest = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if #newest == 0 or added - tonumber(newest[2]) >= tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[3], added, last)
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[2]) + 1))
+end
+return added
 """)
 
 # Move one entry from a dead host's stream, only if it still exists and the group never delivered it.

@@ -1,20 +1,21 @@
 """Append a verified delivery to ``pd:events`` at most once.
 
-Guarantee: the ``INGEST`` script sets the delivery's seen key and XADDs the entry in one atomic step,
+Guarantee: the ``INGEST`` script remembers the delivery (``common.dedup``) and XADDs the entry in one
+atomic step,
 so a delivery is appended once or not at all; a Redis fault before the reply leaves nothing
 half-written and the forge's redelivery is either appended then or answered as a duplicate.
 """
 
 from __future__ import annotations
 
-from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, SEEN_TTL_S, Keys
+from pidispatch.common.dedup import remembered
+from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.scripts import INGEST
 from pidispatch.receiver.deadline import Deadlines
 
 # Arguments that never change, as bytes: redis-py passes bytes through as they are, and this is the hot
 # path (packing the command was a visible share of a request's CPU).
-_TTL = str(SEEN_TTL_S).encode()
 _FORGE, _EVENT, _DELIVERY, _RECEIVED_AT, _BODY = b"forge", b"event", b"delivery", b"received_at", b"body"
 
 
@@ -26,7 +27,7 @@ class Ingest:
     def __init__(self, redis: Redis, keys: Keys, timeout_s: float = REDIS_OP_TIMEOUT_S) -> None:
         self._redis = redis
         self._keys = keys
-        self._events = keys.events.encode()
+        self._events = keys.events
         self._deadlines = Deadlines(timeout_s)
 
     async def append(self, forge: str, event: str, delivery: str, received_at: int, body: bytes) -> bool:
@@ -37,9 +38,11 @@ class Ingest:
         """
         # The fields of pidispatch.common.models.Event, built flat so a request allocates no Event;
         # the body goes as the received bytes, verbatim.
-        keys = (self._keys.seen(forge, delivery), self._events)
+        seen = remembered(self._keys.seen, f"{forge}:{delivery}", received_at)
+        keys = [*seen.buckets, self._events]
         args = (
-            _TTL,
+            seen.digest,
+            seen.expire_at_s,
             _FORGE, forge,
             _EVENT, event,
             _DELIVERY, delivery,

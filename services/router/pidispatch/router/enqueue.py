@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
-from pidispatch.common.keys import DEDUP_WINDOW_MS, JOBID_TTL_S, Keys
+from pidispatch.common.dedup import remembered
+from pidispatch.common.keys import DEDUP_WINDOW_MS, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
-from pidispatch.common.registry import HostCache, job_needs, route_job
+from pidispatch.common.registry import HostCache, job_needs
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.scripts import ENQUEUE
 
@@ -21,6 +22,7 @@ Plan = Sequence[tuple[Job, str]]  # (job, semantic key) for every replica of one
 class Enqueuer:
     def __init__(self, redis: Redis, keys: Keys, clock: EpochMsClock) -> None:
         self.redis, self.keys = redis, keys
+        self.clock = clock
         self.hosts = HostCache(redis, keys, clock)
         self.log = get_logger()
 
@@ -30,7 +32,7 @@ class Enqueuer:
         if not needs:
             return self.keys.jobs  # most jobs: no registry read, not even a cache lookup
         try:
-            host = route_job(needs, await self.hosts.hosts(), job.id)
+            host = await self.hosts.route(needs, job.id)
         except Exception:  # a routing hint must never cost a job: the shared stream is always right
             return self.keys.jobs
         if host is None:
@@ -44,15 +46,17 @@ class Enqueuer:
         script's replies, an exception in place of a reply that failed."""
         # Per replica: replica ids differ, so replicas spread over capable hosts.
         routed = [[(job, semantic, await self.stream_for(job)) for job, semantic in plan] for plan in plans]
+        now = self.clock()
         async with self.redis.pipeline(transaction=False) as pipe:
             for planned in routed:
                 for job, semantic, stream in planned:
                     pairs = list(chain.from_iterable(job_to_fields(job).items()))
                     # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
+                    known = remembered(self.keys.jobid, job.id, now)
                     ENQUEUE.in_pipeline(
                         pipe,
-                        [self.keys.jobid(job.id), self.keys.dedup(semantic), stream],
-                        [job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+                        [*known.buckets, self.keys.dedup(semantic), stream],
+                        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, *pairs],
                     )
             replies = await pipe.execute(raise_on_error=False)
         out, at = [], 0

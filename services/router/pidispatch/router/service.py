@@ -16,6 +16,7 @@ they share one pending list (still safe, but each re-processes the other's in-fl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import socket
@@ -58,7 +59,7 @@ from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.trim import trim_events
+from pidispatch.router.trim import run_trimmer
 
 Asker = Callable[[Question, str], Awaitable[Verdict]]
 
@@ -67,7 +68,6 @@ READ_COUNT = 64
 CLAIM_COUNT = 64
 # Bounded work per claim tick, so a huge pending list never starves new events; the cursor carries over.
 CLAIM_PAGES_PER_TICK = 8
-TRIM_INTERVAL_S = 30.0
 # Own entries left pending by a failed lookup or a processing error are retried after
 # RETRY_FIRST_MS * 2^(deliveries-1), capped; Redis's idle time and delivery count hold that state, so it
 # survives a restart.
@@ -143,7 +143,14 @@ async def run_router(
         self_ids or SelfIds(), ask or _no_authority,
     )
     get_logger().info("router_started", consumer=router.consumer, rules=rules_ref.current.count)
-    await router.run(stop)
+    # Every router trims: each step is one atomic XTRIM behind the groups, so peers never over-cut.
+    trimmer = asyncio.create_task(run_trimmer(redis, keys, settings.events_maxlen, stop))
+    try:
+        await router.run(stop)
+    finally:
+        trimmer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await trimmer
 
 
 class Router:
@@ -167,7 +174,6 @@ class Router:
         self._claim_cursor = "0-0"
         self._claim_every = max(settings.claim_idle_ms / 2000, 1.0)
         self._next_claim = 0.0
-        self._next_trim = 0.0
         self._next_retry = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -209,9 +215,6 @@ class Router:
         if now >= self._next_retry:
             self._next_retry = now + RETRY_TICK_S
             await self._retry_own()
-        if now >= self._next_trim:
-            self._next_trim = now + TRIM_INTERVAL_S
-            await self._trim()
         if self._backlog is not None:
             entries = await read_group(
                 self.redis, ROUTER_GROUP, self.consumer, {events: self._backlog}, count=READ_COUNT
@@ -269,14 +272,6 @@ class Router:
                 fresh.append((entry_id, fields))
         if fresh:
             await self.process_page(fresh)
-
-    async def _trim(self) -> None:
-        try:
-            await trim_events(self.redis, self.keys.events, self.settings.events_maxlen)
-        except TRANSIENT:
-            raise
-        except Exception as exc:  # trimming is housekeeping: never let it stop routing
-            self.log.warning("events_trim_failed", error=type(exc).__name__)
 
     async def process_page(self, entries: list[tuple[str, Fields]]) -> None:
         """Decide, ask, enqueue and record a page of entries; anything that fails stays pending."""

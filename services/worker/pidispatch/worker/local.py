@@ -367,19 +367,22 @@ async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[st
     """
     from redis.exceptions import RedisError
 
+    from pidispatch.common.dedup import remembered
     from pidispatch.common.errors import InfraError
-    from pidispatch.common.keys import DEDUP_WINDOW_MS, JOBID_TTL_S, REDIS_OP_TIMEOUT_S
+    from pidispatch.common.keys import DEDUP_WINDOW_MS, REDIS_OP_TIMEOUT_S
     from pidispatch.common.redis import bounded, create_redis
+    from pidispatch.common.runtime import now_ms
     from pidispatch.common.scripts import ENQUEUE
 
     redis = create_redis(url)
     pairs = list(chain.from_iterable(job_to_fields(job).items()))
 
     async def enqueue() -> tuple[str, str, bytes | str | None]:
+        known = remembered(keys.jobid, job.id, job.enqueued_at or now_ms())
         reply = await ENQUEUE(
             redis,
-            [keys.jobid(job.id), keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
-            [job.id, JOBID_TTL_S, DEDUP_WINDOW_MS, *pairs],
+            [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
+            [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, *pairs],
         )
         status, value = (text(r) for r in reply)
         if status == "queued":
