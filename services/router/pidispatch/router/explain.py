@@ -54,6 +54,7 @@ class Trace:
     """What a filter looked at: the routes it took, the rule groups they read, each rule's verdict."""
 
     __slots__ = ("entries", "groups", "routes")
+    recording = True  # explain reads every rule's verdict; the hot path may skip rules that cannot hold
 
     def __init__(self) -> None:
         self.routes: list[str] = []
@@ -80,6 +81,7 @@ class _Silent(Trace):
     """The trace the hot path passes: records nothing."""
 
     __slots__ = ()
+    recording = False
 
     def route(self, name: str, *groups: str) -> None:
         pass

@@ -4,6 +4,7 @@ per-forge filters consume. Pure values; one ``Rules`` is one version of the file
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -43,6 +44,40 @@ class LabelRule(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     predicate: Predicate
     run: RunSpec
+
+
+class LabelIndex:
+    """Label rules by the labels that can make each one hold, so an event's cost follows its labels,
+    not the rule count. A rule with ``any`` holds only if one of them is present, else only if its first
+    ``all`` is; one with neither (none at load, but a hand-built group may) is a candidate for every event.
+    """
+
+    __slots__ = ("_always", "_by_label", "rules")
+
+    def __init__(self, rules: tuple[LabelRule, ...]) -> None:
+        self.rules = rules
+        by_label: dict[str, list[int]] = {}
+        always: list[int] = []
+        for position, rule in enumerate(rules):
+            keys = rule.predicate.any or rule.predicate.all[:1]
+            if not keys:
+                always.append(position)
+            for label in keys:
+                by_label.setdefault(label, []).append(position)
+        self._by_label = {label: tuple(positions) for label, positions in by_label.items()}
+        self._always = tuple(always)
+
+    def __eq__(self, other: object) -> bool:  # derived from the rules: equal rules, equal index
+        return isinstance(other, LabelIndex) and other.rules == self.rules
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def candidates(self, labels: Iterable[str]) -> list[LabelRule]:
+        """The rules that may hold over ``labels``, in file order: every other rule cannot."""
+        positions = set(self._always)
+        for label in labels:
+            positions.update(self._by_label.get(label, ()))
+        return [self.rules[p] for p in sorted(positions)]
 
 
 class CommentRule(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,6 +123,11 @@ class ForgeGroup(msgspec.Struct, frozen=True, kw_only=True):
     pull_request: tuple[PullRequestRule, ...] = ()
     pr_close: tuple[CloseRule, ...] = ()
     issue: tuple[CloseRule, ...] = ()
+    # Built once at load (triggers); a group built by hand is indexed when it is read.
+    label_index: LabelIndex | None = None
+
+    def labels(self) -> LabelIndex:
+        return self.label_index if self.label_index is not None else LabelIndex(self.label)
 
     def has_rules(self) -> bool:
         return bool(self.label or self.comment or self.pull_request or self.pr_close or self.issue)

@@ -24,6 +24,7 @@ from pidispatch.router.rules import (
     CommentRule,
     CronRule,
     ForgeGroup,
+    LabelIndex,
     LabelRule,
     PullRequestRule,
     Rules,
@@ -168,6 +169,7 @@ def _parse(text: str) -> Rules:
         kind: ForgeGroup(
             label=tuple(g["label"]), comment=g["comment"], pull_request=tuple(g["pull_request"]),
             pr_close=tuple(g["pr_close"]), issue=tuple(g["issue"]),
+            label_index=LabelIndex(tuple(g["label"])) if g["label"] else None,
         )
         for kind, g in groups.items()
     }

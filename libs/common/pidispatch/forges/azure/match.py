@@ -140,7 +140,7 @@ def tag_route(ctx: AzureMatchContext, event: str) -> Decision:
         action = "updated"
     else:
         added, action = frozenset(s.tags), "created"
-    return fire_label_rule(ctx.group.label, added, _target(ctx, "issue"), ctx.trace,
+    return fire_label_rule(ctx.group.labels(), added, _target(ctx, "issue"), ctx.trace,
                            partial(_fire, ctx, action=action))
 
 

@@ -167,7 +167,7 @@ def issue_label(ctx: ForgejoMatchContext) -> Decision:
     """The current label set, GitHub's semantics (re-fires on reopen or on an unrelated label)."""
     ctx.trace.route("issue-label", "label")
     labels = frozenset(ctx.subset.issue.labels) if ctx.subset.issue else frozenset()
-    return fire_label_rule(ctx.group.label, labels, _issue_target(ctx), ctx.trace, partial(_fire, ctx))
+    return fire_label_rule(ctx.group.labels(), labels, _issue_target(ctx), ctx.trace, partial(_fire, ctx))
 
 
 def pull_request(ctx: ForgejoMatchContext) -> Decision:

@@ -125,7 +125,7 @@ def issue_label(ctx: GitHubMatchContext) -> Decision:
     target = None
     if issue is not None and is_int(issue.number):
         target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
-    return fire_label_rule(ctx.group.label, labels, target, ctx.trace, partial(_fire, ctx))
+    return fire_label_rule(ctx.group.labels(), labels, target, ctx.trace, partial(_fire, ctx))
 
 
 def issue_comment(ctx: GitHubMatchContext) -> Decision:

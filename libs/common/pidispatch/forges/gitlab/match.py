@@ -115,7 +115,7 @@ def label_route(ctx: GitLabMatchContext) -> Decision:
     added = added_labels(ctx.subset)
     if added is None:
         return Drop("no-label-change")
-    return fire_label_rule(ctx.group.label, added, _target(ctx, "issue"), ctx.trace, partial(_fire, ctx))
+    return fire_label_rule(ctx.group.labels(), added, _target(ctx, "issue"), ctx.trace, partial(_fire, ctx))
 
 
 def merge_request(ctx: GitLabMatchContext) -> Decision:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from typing import Any, TypeGuard
 
 from pidispatch.common.models import Matched, Target
 from pidispatch.router.decision import Decision, Drop
 from pidispatch.router.explain import Trace
 from pidispatch.router.match.predicate import matched_label, why_not
-from pidispatch.router.rules import LabelRule, RunSpec
+from pidispatch.router.rules import LabelIndex, LabelRule, RunSpec
 
 # A forge's own job builder, bound to its delivery: (rule index, run, target, matched) → decision.
 FireRule = Callable[[int, RunSpec, Target, Matched], Decision]
@@ -45,9 +45,10 @@ def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) ->
     return None
 
 
-def first_label_rule(rules: Iterable[LabelRule], labels: Collection[str], trace: Trace) -> LabelRule | None:
-    """The first label rule (file order) whose predicate holds over ``labels``."""
-    for rule in rules:
+def first_label_rule(rules: LabelIndex, labels: Collection[str], trace: Trace) -> LabelRule | None:
+    """The first label rule (file order) whose predicate holds over ``labels``. Only the rules the index
+    says may hold are tried, unless ``explain`` is recording every rule's verdict."""
+    for rule in rules.rules if trace.recording else rules.candidates(labels):
         why = why_not(rule.predicate, labels)
         trace.rule(rule.index, "label", why)
         if why is None:
@@ -56,7 +57,7 @@ def first_label_rule(rules: Iterable[LabelRule], labels: Collection[str], trace:
 
 
 def fire_label_rule(
-    rules: Iterable[LabelRule], labels: Collection[str], target: Target | None, trace: Trace, fire: FireRule
+    rules: LabelIndex, labels: Collection[str], target: Target | None, trace: Trace, fire: FireRule
 ) -> Decision:
     """An issue's label route on any forge, once the forge has said which labels count (the current set
     or the ones this event added): the first label rule, then the item's number, then the job."""
