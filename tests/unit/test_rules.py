@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pidispatch.router.explain import NO_TRACE, Trace
 from pidispatch.router.match.common import first_label_rule
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import LabelIndex, LabelRule, RunSpec
+from pidispatch.router.rules import ForgeGroup, LabelIndex, LabelRule, PullRequestRule, RunSpec, pr_index
 
 LABELS = st.sampled_from(["bug", "pi:a", "pi:b", "docs", "blocked", "wontfix"])
 PREDICATES = st.builds(
@@ -47,3 +47,16 @@ def test_explain_still_sees_every_rule() -> None:
     trace = Trace()
     assert first_label_rule(index, {"pi:b"}, trace) == index.rules[1]
     assert sorted(trace.entries) == [0, 1]
+
+
+def test_pull_request_rules_are_tried_by_the_action_they_name() -> None:
+    rules = tuple(
+        PullRequestRule(index=i, actions=frozenset(actions), predicate=Predicate(), review_states=None,
+                        run=RunSpec(flow="review"))
+        for i, actions in enumerate([{"opened"}, {"closed", "opened"}, {"synchronize"}])
+    )
+    indexed = ForgeGroup(pull_request=rules, pr_by_action=pr_index(rules))
+    for group in (indexed, ForgeGroup(pull_request=rules)):  # built at load, or on demand
+        assert [r.index for r in group.pull_requests("opened", every=False)] == [0, 1]
+        assert group.pull_requests("labeled", every=False) == ()
+        assert group.pull_requests("opened", every=True) == rules  # explain's view: every rule

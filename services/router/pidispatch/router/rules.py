@@ -4,7 +4,7 @@ per-forge filters consume. Pure values; one ``Rules`` is one version of the file
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -125,12 +125,30 @@ class ForgeGroup(msgspec.Struct, frozen=True, kw_only=True):
     issue: tuple[CloseRule, ...] = ()
     # Built once at load (triggers); a group built by hand is indexed when it is read.
     label_index: LabelIndex | None = None
+    pr_by_action: Mapping[str, tuple[PullRequestRule, ...]] | None = None
 
     def labels(self) -> LabelIndex:
         return self.label_index if self.label_index is not None else LabelIndex(self.label)
 
+    def pull_requests(self, action: object, *, every: bool) -> tuple[PullRequestRule, ...]:
+        """The pull request rules to try for ``action``, in file order: only those naming it, unless
+        ``every`` (explain records each rule's verdict, "action-not-in-rule" included)."""
+        if every or not isinstance(action, str):
+            return self.pull_request
+        index = self.pr_by_action if self.pr_by_action is not None else pr_index(self.pull_request)
+        return index.get(action, ())
+
     def has_rules(self) -> bool:
         return bool(self.label or self.comment or self.pull_request or self.pr_close or self.issue)
+
+
+def pr_index(rules: tuple[PullRequestRule, ...]) -> dict[str, tuple[PullRequestRule, ...]]:
+    """Pull request rules by each action they name, in file order."""
+    by_action: dict[str, list[PullRequestRule]] = {}
+    for rule in rules:
+        for action in rule.actions:
+            by_action.setdefault(action, []).append(rule)
+    return {action: tuple(found) for action, found in by_action.items()}
 
 
 class Rules(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,6 +30,7 @@ from pidispatch.router.rules import (
     Rules,
     RulesRef,
     RunSpec,
+    pr_index,
 )
 from pidispatch.router.runfields import cron_run, webhook_run
 
@@ -170,6 +171,7 @@ def _parse(text: str) -> Rules:
             label=tuple(g["label"]), comment=g["comment"], pull_request=tuple(g["pull_request"]),
             pr_close=tuple(g["pr_close"]), issue=tuple(g["issue"]),
             label_index=LabelIndex(tuple(g["label"])) if g["label"] else None,
+            pr_by_action=pr_index(tuple(g["pull_request"])) if g["pull_request"] else None,
         )
         for kind, g in groups.items()
     }

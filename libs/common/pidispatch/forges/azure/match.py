@@ -162,7 +162,7 @@ def comment_route(ctx: AzureMatchContext, type_: str) -> Decision:
 def pull_request(ctx: AzureMatchContext, action: str) -> Decision:
     """Azure puts no labels on a pull request (a predicate is refused at load): the action selects."""
     ctx.trace.route("pull-request", "pull_request")
-    for rule in ctx.group.pull_request:
+    for rule in ctx.group.pull_requests(action, every=ctx.trace.recording):
         if action not in rule.actions:
             ctx.trace.rule(rule.index, "pull_request", "action-not-in-rule")
             continue

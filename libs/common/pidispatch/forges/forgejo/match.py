@@ -176,7 +176,7 @@ def pull_request(ctx: ForgejoMatchContext) -> Decision:
     if pr is None:
         return Drop("missing-pull-request")
     labels = frozenset(pr.labels)
-    for rule in ctx.group.pull_request:
+    for rule in ctx.group.pull_requests(ctx.raw, every=ctx.trace.recording):
         if ctx.raw not in rule.actions:
             ctx.trace.rule(rule.index, "pull_request", "action-not-in-rule")
             continue

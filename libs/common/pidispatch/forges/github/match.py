@@ -189,7 +189,7 @@ def _pull_request(ctx: GitHubMatchContext, action: str) -> Decision:
     else:
         author_ok = pr.author_association in AUTHOR_ALLOWLIST
     state_skipped = False
-    for rule in ctx.group.pull_request:
+    for rule in ctx.group.pull_requests(action, every=ctx.trace.recording):
         if action not in rule.actions:
             ctx.trace.rule(rule.index, "pull_request", "action-not-in-rule")
             continue

@@ -127,7 +127,7 @@ def merge_request(ctx: GitLabMatchContext) -> Decision:
     if not isinstance(action, str) or action not in MR_ACTIONS:
         return Drop("unhandled-event")
     added = added_labels(ctx.subset)
-    for rule in ctx.group.pull_request:
+    for rule in ctx.group.pull_requests(action, every=ctx.trace.recording):
         if action not in rule.actions:
             ctx.trace.rule(rule.index, "pull_request", "action-not-in-rule")
             continue
