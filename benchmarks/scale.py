@@ -11,7 +11,9 @@ Four curves, each against its own baseline measured in the same run:
    (the seen key, the decision hash, the job-id and dedup keys, a stream entry), and the retained state
    per day at 1 million deliveries a day;
 4. upkeep: the events trim on a stream of 13 KB entries over its cap, fully acked: the longest Redis
-   command the upkeep ran (SLOWLOG at a 0 us threshold) and how many entries a second it removes.
+   command the upkeep ran (SLOWLOG at a 0 us threshold) and how many entries a second it removes;
+5. dedup: what a remembered delivery costs in its day's buckets at 10,000, 100,000 and 1,000,000 a
+   day, beside the formula of docs/redis.md.
 
     .venv/bin/python benchmarks/scale.py [--quick]
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from _events import payloads, wait_drained
 
-from pidispatch.common.dedup import remembered
+from pidispatch.common.dedup import SHARDS, STORED_BYTES, remembered
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import ROUTER_GROUP, Keys
 from pidispatch.common.models import Event, text
@@ -50,6 +53,9 @@ HOST_COUNTS = (1, 10, 100, 1000)
 TARGET_RULES_RATIO = 1.25
 TARGET_UPKEEP_MS = 5.0
 DAY_DELIVERIES = 1_000_000
+# docs/redis.md: what one bucket key costs beside its digests (key, string header, expiry).
+BUCKET_KEY_BYTES = 136
+STRING_ROOM = 1.4  # a string grown by APPEND keeps spare room (up to double its length)
 # The benchmark's own commands, left out of "the longest upkeep command".
 _NOT_UPKEEP = frozenset({"SLOWLOG", "XADD", "XGROUP", "CONFIG"})
 
@@ -244,12 +250,43 @@ async def upkeep_curve(r: Redis, maxlen: int, over: int) -> None:
           f"target <= {TARGET_UPKEEP_MS} ms: {verdict}")
 
 
+# ---- 5. dedup at volume ----------------------------------------------------------------------------
+
+
+def dedup_formula(per_day: int) -> float:
+    """docs/redis.md: bytes an identity costs in its day's buckets, for ``per_day`` identities a day."""
+    touched = SHARDS * (1 - math.exp(-per_day / SHARDS))
+    return STORED_BYTES * STRING_ROOM + BUCKET_KEY_BYTES * touched / per_day
+
+
+async def dedup_curve(r: Redis, volumes: tuple[int, ...]) -> None:
+    print("5. dedup buckets: bytes per remembered identity for a day's volume (measured vs docs/redis.md)")
+    now = int(time.time() * 1000)
+    for per_day in volumes:
+        keys = Keys(f"benchdedup{per_day}")
+        before = (await r.info("memory"))["used_memory"]
+        for start in range(0, per_day, 5000):
+            async with r.pipeline(transaction=False) as pipe:
+                for _ in range(min(5000, per_day - start)):  # what INGEST appends for a new delivery
+                    found = remembered(keys.seen, f"github:{uuid.uuid4()}", now)
+                    pipe.append(found.buckets[0], found.digest)
+                    pipe.expireat(found.buckets[0], found.expire_at_s)
+                await pipe.execute()
+        measured = ((await r.info("memory"))["used_memory"] - before) / per_day
+        formula = dedup_formula(per_day)
+        ratio = measured / formula
+        print(f"   {per_day:9,d} a day  {measured:6.1f} B each (formula {formula:6.1f}, x{ratio:4.2f})")
+        async for name in r.scan_iter(match=f"{keys.prefix}:*", count=5000):
+            await r.unlink(name)
+
+
 async def with_redis(url: str, workdir: Path, args: argparse.Namespace) -> None:
     r = create_redis(url)
     try:
         await hosts_curve(r)
         await bytes_curve(r, url, workdir, args.deliveries)
         await upkeep_curve(r, args.maxlen, args.over)
+        await dedup_curve(r, args.volumes)
     finally:
         await r.aclose()
 
@@ -260,6 +297,7 @@ def main() -> int:
     args = parser.parse_args()
     args.events, args.deliveries, args.maxlen, args.over = (
         (500, 500, 1000, 3000) if args.quick else (5000, 5000, 10_000, 30_000))
+    args.volumes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     rules_curve(args.events)
     workdir = Path(tempfile.mkdtemp(prefix="pd-bench-scale-"))
     port = free_port()
