@@ -13,18 +13,15 @@ from pathlib import Path
 
 import msgspec
 
+from pidispatch.common.configsyntax import parse_cpus, parse_job_user, parse_memory, parse_profiles
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, WORKER_ONLY_SECRETS, is_reserved_name
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-JOB_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
-PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
-MEMORY_RE = re.compile(r"^([0-9]+)([kmg]?)$", re.IGNORECASE)
-_MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,26 +106,6 @@ def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | 
     return None if _get(env, name) is None else _int(env, name, 0, lo, hi)
 
 
-def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
-    """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon."""
-    if raw is None:
-        return ()
-    seen: dict[str, str] = {}
-    for entry in raw.split(","):
-        label, sep, path = entry.strip().partition(":")
-        if not sep or not PROFILE_NAME_RE.match(label):
-            raise ConfigError(
-                f"{name} entry {label or entry!r} is refused; accepted: name:/absolute/path entries, "
-                "names of [A-Za-z0-9._-], separated by commas"
-            )
-        if label in seen:
-            raise ConfigError(f"{name} declares profile {label!r} twice; accepted: each name once")
-        if not path or not os.path.isabs(path):
-            raise ConfigError(f"{name} profile {label!r} needs an absolute resolver path")
-        seen[label] = path
-    return tuple(seen.items())
-
-
 def parse_forward_env(raw: str | None) -> tuple[str, ...]:
     """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
     if raw is None:
@@ -144,35 +121,6 @@ def parse_forward_env(raw: str | None) -> tuple[str, ...]:
                 "accepted: other variable names"
             )
     return tuple(dict.fromkeys(names))
-
-
-def parse_memory(name: str, raw: str) -> int:
-    m = MEMORY_RE.match(raw)
-    if not m:
-        raise ConfigError(f"{name}={raw!r} is not a size; accepted: bytes or a number with k, m or g (4g)")
-    value = int(m.group(1)) * _MEMORY_UNITS[m.group(2).lower()]
-    if value < 64 * 1024**2:
-        raise ConfigError(f"{name}={raw!r} is below the 64m floor a job container needs")
-    return value
-
-
-def parse_cpus(name: str, raw: str) -> int:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0.1 <= value <= 256:
-        raise ConfigError(f"{name}={raw!r} is not a CPU count; accepted: a number from 0.1 to 256 (2, 1.5)")
-    return int(value * 1e9)
-
-
-def parse_job_user(raw: str) -> str:
-    m = JOB_USER_RE.match(raw)
-    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
-        raise ConfigError(
-            f"PI_JOB_USER={raw!r} is refused; accepted: <uid>:<gid>, both non-zero numbers (1000:1000)"
-        )
-    return raw
 
 
 def default_jobs_dir() -> str:
