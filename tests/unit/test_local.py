@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pidispatch.worker.git import git_env
 from pidispatch.worker.local import (
     NO_COMMIT,
     NOT_A_REPO,
@@ -21,7 +22,6 @@ from pidispatch.worker.local import (
     argument_problem,
     build_local_job,
     check_folder,
-    git_env,
     inspect_folder,
     local_job_id,
     local_user,

@@ -10,21 +10,19 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 import msgspec
 
+from pidispatch.common.configsyntax import parse_cpus, parse_job_user, parse_memory, parse_profiles
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, WORKER_ONLY_SECRETS, is_reserved_name
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-JOB_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
-PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
-MEMORY_RE = re.compile(r"^([0-9]+)([kmg]?)$", re.IGNORECASE)
-_MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,26 +107,6 @@ def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | 
     return None if _get(env, name) is None else _int(env, name, 0, lo, hi)
 
 
-def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
-    """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon."""
-    if raw is None:
-        return ()
-    seen: dict[str, str] = {}
-    for entry in raw.split(","):
-        label, sep, path = entry.strip().partition(":")
-        if not sep or not PROFILE_NAME_RE.match(label):
-            raise ConfigError(
-                f"{name} entry {label or entry!r} is refused; accepted: name:/absolute/path entries, "
-                "names of [A-Za-z0-9._-], separated by commas"
-            )
-        if label in seen:
-            raise ConfigError(f"{name} declares profile {label!r} twice; accepted: each name once")
-        if not path or not os.path.isabs(path):
-            raise ConfigError(f"{name} profile {label!r} needs an absolute resolver path")
-        seen[label] = path
-    return tuple(seen.items())
-
-
 def parse_forward_env(raw: str | None) -> tuple[str, ...]:
     """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
     if raw is None:
@@ -146,55 +124,115 @@ def parse_forward_env(raw: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def parse_memory(name: str, raw: str) -> int:
-    m = MEMORY_RE.match(raw)
-    if not m:
-        raise ConfigError(f"{name}={raw!r} is not a size; accepted: bytes or a number with k, m or g (4g)")
-    value = int(m.group(1)) * _MEMORY_UNITS[m.group(2).lower()]
-    if value < 64 * 1024**2:
-        raise ConfigError(f"{name}={raw!r} is below the 64m floor a job container needs")
-    return value
-
-
-def parse_cpus(name: str, raw: str) -> int:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0.1 <= value <= 256:
-        raise ConfigError(f"{name}={raw!r} is not a CPU count; accepted: a number from 0.1 to 256 (2, 1.5)")
-    return int(value * 1e9)
-
-
-def parse_job_user(raw: str) -> str:
-    m = JOB_USER_RE.match(raw)
-    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
-        raise ConfigError(
-            f"PI_JOB_USER={raw!r} is refused; accepted: <uid>:<gid>, both non-zero numbers (1000:1000)"
-        )
-    return raw
-
-
 def default_jobs_dir() -> str:
     return str(Path(tempfile.gettempdir()) / f"pi-dispatch-{os.getuid()}" / "jobs")
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    env = os.environ if env is None else env
+# Each part below reads one group of variables and validates it; load_settings composes them. A part is a
+# TypedDict so mypy checks every key and type against the Settings field it fills.
+
+
+class _StorePart(TypedDict):
+    redis_url: str
+    key_prefix: str
+    events_maxlen: int
+    claim_idle_ms: int
+    max_deliveries: int
+
+
+class _ReceiverPart(TypedDict):
+    webhook_secret: str | None
+    github_auth_source: str | None
+    receiver_port: int
+    receiver_bind: str
+    triggers_file: str
+
+
+class _HostPart(TypedDict):
+    worker_name: str
+    worker_name_declared: bool
+    concurrency: int
+    host_beat_ms: int
+    host_ttl_ms: int
+
+
+class _ContainerPart(TypedDict):
+    job_image: str
+    job_user: str
+    job_memory_bytes: int
+    job_nano_cpus: int
+    job_timeout_s: float
+    shutdown_grace_s: float
+
+
+class _UpkeepPart(TypedDict):
+    logs_dir: str
+    jobs_dir: str
+    retry_attempts: int
+    retry_base_ms: int
+    log_retention_days: int
+    capture_job_logs: bool
+    sweep_interval_hours: int
+
+
+class _SpendPart(TypedDict):
+    daily_cap: int
+    weekly_cap: int | None
+    monthly_cap: int | None
+    soft_hold_pct: int | None
+    daily_token_cap: int | None
+
+
+class _AgentPart(TypedDict):
+    provider: str
+    model: str | None
+    max_turns: int
+    max_tokens: int | None
+    allowed_models: tuple[str, ...]
+    forward_env: tuple[str, ...]
+    secret_profiles: tuple[tuple[str, str], ...]
+    secret_resolve_timeout_s: float
+
+
+def _store_part(env: Mapping[str, str]) -> _StorePart:
+    """Where the state lives: the Redis URL, the key prefix, and the bounds of the streams in it."""
     prefix = _get(env, "PD_KEY_PREFIX") or "pd"
     if not PREFIX_RE.match(prefix):
         raise ConfigError(f"PD_KEY_PREFIX={prefix!r} is refused; accepted: 1-32 of [A-Za-z0-9._-]")
-    log_level = (_get(env, "PD_LOG_LEVEL") or "info").lower()
-    if log_level not in ("debug", "info", "warning", "error"):
-        raise ConfigError(f"PD_LOG_LEVEL={log_level!r} is refused; accepted: debug, info, warning, error")
     redis_url = _get(env, "REDIS_URL") or _get(env, "VALKEY_URL") or "redis://127.0.0.1:6379/0"
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+    return _StorePart(
+        redis_url=redis_url,
+        key_prefix=prefix,
+        events_maxlen=_int(env, "PD_EVENTS_MAXLEN", 10_000, 100, 10_000_000),
+        claim_idle_ms=_int(env, "PD_CLAIM_IDLE_MS", 60_000, 100, 24 * 3600 * 1000),
+        max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),
+    )
 
+
+def _log_level(env: Mapping[str, str]) -> str:
+    log_level = (_get(env, "PD_LOG_LEVEL") or "info").lower()
+    if log_level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"PD_LOG_LEVEL={log_level!r} is refused; accepted: debug, info, warning, error")
+    return log_level
+
+
+def _receiver_part(env: Mapping[str, str]) -> _ReceiverPart:
     auth_source = _get(env, "GITHUB_AUTH_SOURCE")
     if auth_source is not None and auth_source not in ("gh", "pat", "app"):
         raise ConfigError(f"GITHUB_AUTH_SOURCE={auth_source!r} is refused; accepted: gh, pat, app")
+    return _ReceiverPart(
+        webhook_secret=_get(env, "WEBHOOK_SECRET"),
+        github_auth_source=auth_source,
+        receiver_port=_int(env, "RECEIVER_PORT", 3000, 1, 65535),
+        receiver_bind=_get(env, "RECEIVER_BIND") or "0.0.0.0",
+        triggers_file=_get(env, "PI_TRIGGERS_FILE") or "triggers.json",
+    )
 
+
+def _host_part(env: Mapping[str, str]) -> _HostPart:
+    """This worker host: its name, its slots, and the beat that keeps its liveness row."""
     declared = _get(env, "PI_WORKER_NAME")
     if declared is not None and (
         not WORKER_NAME_RE.match(declared) or declared.endswith((".json", ".log"))
@@ -203,12 +241,62 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"PI_WORKER_NAME={declared!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
             "starting with a letter or digit, not ending in .json or .log"
         )
-    worker_name = declared or _default_host_name()
+    beat_ms = _int(env, "PD_HOST_BEAT_MS", 15_000, 50, 600_000)
+    ttl_ms = _int(env, "PD_HOST_TTL_MS", 90_000, 200, 3_600_000)
+    if ttl_ms < 3 * beat_ms:
+        raise ConfigError(
+            f"PD_HOST_TTL_MS={ttl_ms} is too short for PD_HOST_BEAT_MS={beat_ms}; accepted: at least 3 beats"
+        )
+    return _HostPart(
+        worker_name=declared or _default_host_name(),
+        worker_name_declared=declared is not None,
+        concurrency=_int(env, "PI_CONCURRENCY", 3, 1, 256),
+        host_beat_ms=beat_ms,
+        host_ttl_ms=ttl_ms,
+    )
 
-    memory = _get(env, "PI_JOB_MEMORY")
-    cpus = _get(env, "PI_JOB_CPUS")
+
+def _container_part(env: Mapping[str, str]) -> _ContainerPart:
+    """One job's container: image, user, resource limits, and how long it may run and take to stop."""
     timeout = _int(env, "PI_JOB_TIMEOUT", 1800, 1, 24 * 3600)
     grace = _int(env, "PI_SHUTDOWN_GRACE", 10, 0, 3600)
+    memory = _get(env, "PI_JOB_MEMORY")
+    cpus = _get(env, "PI_JOB_CPUS")
+    return _ContainerPart(
+        job_image=_image(_get(env, "PI_JOB_IMAGE") or "pi-job:latest"),
+        job_user=parse_job_user(_get(env, "PI_JOB_USER") or "1000:1000"),
+        job_memory_bytes=parse_memory("PI_JOB_MEMORY", memory) if memory else 4 * 1024**3,
+        job_nano_cpus=parse_cpus("PI_JOB_CPUS", cpus) if cpus else 2 * 10**9,
+        job_timeout_s=float(timeout),
+        shutdown_grace_s=float(grace),
+    )
+
+
+def _upkeep_part(env: Mapping[str, str]) -> _UpkeepPart:
+    """What the worker keeps and sweeps on disk, and how it retries infrastructure faults."""
+    return _UpkeepPart(
+        logs_dir=os.path.expanduser(_get(env, "PI_LOGS_DIR") or "~/.pi-dispatch/logs"),
+        jobs_dir=os.path.expanduser(_get(env, "PI_JOBS_DIR") or default_jobs_dir()),
+        retry_attempts=_int(env, "PI_RETRY_ATTEMPTS", 2, 1, 10),
+        retry_base_ms=_int(env, "PI_RETRY_BASE_MS", 60_000, 10, 3_600_000),
+        log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
+        capture_job_logs=_int(env, "PI_CAPTURE_JOB_LOGS", 0, 0, 1) == 1,
+        sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
+    )
+
+
+def _spend_part(env: Mapping[str, str]) -> _SpendPart:
+    return _SpendPart(
+        daily_cap=_int(env, "PI_DAILY_CAP", 25, 0, 1_000_000),
+        weekly_cap=_optional_int(env, "PI_WEEKLY_CAP", 0, 10_000_000),
+        monthly_cap=_optional_int(env, "PI_MONTHLY_CAP", 0, 100_000_000),
+        soft_hold_pct=_optional_int(env, "PI_SOFT_HOLD_PCT", 1, 99),
+        daily_token_cap=_optional_int(env, "PI_DAILY_TOKEN_CAP", 0, 10**15),
+    )
+
+
+def _agent_part(env: Mapping[str, str]) -> _AgentPart:
+    """What the agent runs with: provider, model and budget, the variables and secrets it is given."""
     provider = (_get(env, "PI_PROVIDER") or "anthropic").lower()
     if not PROVIDER_RE.match(provider):
         raise ConfigError(f"PI_PROVIDER={provider!r} is refused; accepted: a provider id such as anthropic")
@@ -216,49 +304,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     for ref in allowed:
         if "/" not in ref or not MODEL_REF_RE.match(ref):
             raise ConfigError(f"PI_ALLOWED_MODELS entry {ref!r} is refused; accepted: provider/model, commas")
-    beat_ms = _int(env, "PD_HOST_BEAT_MS", 15_000, 50, 600_000)
-    ttl_ms = _int(env, "PD_HOST_TTL_MS", 90_000, 200, 3_600_000)
-    if ttl_ms < 3 * beat_ms:
-        raise ConfigError(
-            f"PD_HOST_TTL_MS={ttl_ms} is too short for PD_HOST_BEAT_MS={beat_ms}; accepted: at least 3 beats"
-        )
     resolve_ms = _int(env, "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, 100, 600_000)
-
-    return Settings(
-        redis_url=redis_url,
-        key_prefix=prefix,
-        log_level=log_level,
-        events_maxlen=_int(env, "PD_EVENTS_MAXLEN", 10_000, 100, 10_000_000),
-        claim_idle_ms=_int(env, "PD_CLAIM_IDLE_MS", 60_000, 100, 24 * 3600 * 1000),
-        max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),
-        webhook_secret=_get(env, "WEBHOOK_SECRET"),
-        github_auth_source=auth_source,
-        receiver_port=_int(env, "RECEIVER_PORT", 3000, 1, 65535),
-        receiver_bind=_get(env, "RECEIVER_BIND") or "0.0.0.0",
-        triggers_file=_get(env, "PI_TRIGGERS_FILE") or "triggers.json",
-        worker_name=worker_name,
-        worker_name_declared=declared is not None,
-        concurrency=_int(env, "PI_CONCURRENCY", 3, 1, 256),
-        job_image=_image(_get(env, "PI_JOB_IMAGE") or "pi-job:latest"),
-        job_user=parse_job_user(_get(env, "PI_JOB_USER") or "1000:1000"),
-        job_memory_bytes=parse_memory("PI_JOB_MEMORY", memory) if memory else 4 * 1024**3,
-        job_nano_cpus=parse_cpus("PI_JOB_CPUS", cpus) if cpus else 2 * 10**9,
-        job_timeout_s=float(timeout),
-        shutdown_grace_s=float(grace),
-        logs_dir=os.path.expanduser(_get(env, "PI_LOGS_DIR") or "~/.pi-dispatch/logs"),
-        jobs_dir=os.path.expanduser(_get(env, "PI_JOBS_DIR") or default_jobs_dir()),
-        host_beat_ms=beat_ms,
-        host_ttl_ms=ttl_ms,
-        retry_attempts=_int(env, "PI_RETRY_ATTEMPTS", 2, 1, 10),
-        retry_base_ms=_int(env, "PI_RETRY_BASE_MS", 60_000, 10, 3_600_000),
-        log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
-        capture_job_logs=_int(env, "PI_CAPTURE_JOB_LOGS", 0, 0, 1) == 1,
-        sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
-        daily_cap=_int(env, "PI_DAILY_CAP", 25, 0, 1_000_000),
-        weekly_cap=_optional_int(env, "PI_WEEKLY_CAP", 0, 10_000_000),
-        monthly_cap=_optional_int(env, "PI_MONTHLY_CAP", 0, 100_000_000),
-        soft_hold_pct=_optional_int(env, "PI_SOFT_HOLD_PCT", 1, 99),
-        daily_token_cap=_optional_int(env, "PI_DAILY_TOKEN_CAP", 0, 10**15),
+    return _AgentPart(
         provider=provider,
         model=_get(env, "PI_MODEL"),
         max_turns=_int(env, "PI_MAX_TURNS", 30, 1, 10_000),
@@ -267,6 +314,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         forward_env=parse_forward_env(_get(env, "PI_FORWARD_ENV")),
         secret_profiles=parse_profiles("PI_SECRET_PROFILES", _get(env, "PI_SECRET_PROFILES")),
         secret_resolve_timeout_s=resolve_ms / 1000,
+    )
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    # Parts are read in field order, so with several bad variables the first part's error is the one raised.
+    return Settings(
+        **_store_part(env),
+        log_level=_log_level(env),
+        **_receiver_part(env),
+        **_host_part(env),
+        **_container_part(env),
+        **_upkeep_part(env),
+        **_spend_part(env),
+        **_agent_part(env),
     )
 
 

@@ -24,6 +24,36 @@ APPEND_BUCKETS = (2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.2
 BODY_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 2097152)
 
 
+class SpoolSeries:
+    """The spool's series: what was drained from it, and its depth and size. Off the request path: a
+    drain is rare, and the gauges are read only when scraped."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._drained = Counter(
+            "pd_receiver_spool_drained",
+            "Spooled deliveries drained to the events stream, by forge and outcome (accepted, or duplicate "
+            "when the forge's redelivery or an earlier drain stored it first).",
+            ("forge", "outcome"),
+            registry=registry,
+        )
+        self._depth = Gauge(
+            "pd_receiver_spool_depth", "Deliveries in the spool, not yet in Redis.", registry=registry
+        )
+        self._bytes = Gauge(
+            "pd_receiver_spool_bytes",
+            "Size of the spool file (bounded by PD_SPOOL_MAX_BYTES).",
+            registry=registry,
+        )
+
+    def drained(self, forge: str, outcome: str) -> None:
+        self._drained.labels(forge, outcome).inc()
+
+    def watch(self, spool: Spool) -> None:
+        """The spool gauges are read when scraped: the request path pays nothing for them."""
+        self._depth.set_function(lambda: spool.depth)
+        self._bytes.set_function(lambda: spool.size)
+
+
 class Metrics:
     """Every series the receiver exports; ``render`` is the ``/metrics`` body."""
 
@@ -68,21 +98,8 @@ class Metrics:
             buckets=BODY_BUCKETS,
             registry=self.registry,
         )
-        self._drained = Counter(
-            "pd_receiver_spool_drained",
-            "Spooled deliveries drained to the events stream, by forge and outcome (accepted, or duplicate "
-            "when the forge's redelivery or an earlier drain stored it first).",
-            ("forge", "outcome"),
-            registry=self.registry,
-        )
-        self._spool_depth = Gauge(
-            "pd_receiver_spool_depth", "Deliveries in the spool, not yet in Redis.", registry=self.registry
-        )
-        self._spool_bytes = Gauge(
-            "pd_receiver_spool_bytes",
-            "Size of the spool file (bounded by PD_SPOOL_MAX_BYTES).",
-            registry=self.registry,
-        )
+        # Registered last, as before the split: the order of the /metrics body follows registration.
+        self._spool = SpoolSeries(self.registry)
         self._previous = {forge: previous.labels(forge) for forge in forges}
         self._verify = {forge: verify.labels(forge) for forge in forges}
         self._append_failures = {forge: append_failures.labels(forge) for forge in forges}
@@ -112,12 +129,10 @@ class Metrics:
         self._append_failures[forge].inc()
 
     def spool_drained(self, forge: str, outcome: str) -> None:
-        self._drained.labels(forge, outcome).inc()
+        self._spool.drained(forge, outcome)
 
     def watch_spool(self, spool: Spool) -> None:
-        """The spool gauges are read when scraped: the request path pays nothing for them."""
-        self._spool_depth.set_function(lambda: spool.depth)
-        self._spool_bytes.set_function(lambda: spool.size)
+        self._spool.watch(spool)
 
     def body_bytes(self, forge: str, size: int) -> None:
         self._body[forge].observe(size)

@@ -4,7 +4,7 @@ docs/worker.md).
 The token reaches git only through a throw-away askpass script in a fresh temp folder outside the job
 folder; the script holds no secret either, it prints ``GIT_ASKPASS_TOKEN`` from git's environment. So the
 token is never in argv, the URL, ``.git/config`` or any file the agent can read. Every git call is
-hardened as in ``local.py`` and sees no system, user or inherited git configuration: the repository
+hardened by ``git.py`` and sees no system, user or inherited git configuration: the repository
 content is untrusted, and so is whatever the worker's account has configured for its own use.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from pidispatch.common.log import get_logger
-from pidispatch.worker.local import SHA_RE, git, git_env
+from pidispatch.worker.git import SHA_RE, git, git_env
 from pidispatch.worker.outcome import InfraFault, JobConfigRefused, JobRefusal
 
 CLONE_FAILED = "clone-failed"
@@ -79,7 +79,7 @@ def classify(output: bytes) -> JobRefusal | None:
 
 
 def clone_env(base: Mapping[str, str], workspace: str, home: str) -> dict[str, str]:
-    """Pure: git's environment for the clone. ``local.git_env`` drops every inherited ``GIT_*``; on top,
+    """Pure: git's environment for the clone. ``git.git_env`` drops every inherited ``GIT_*``; on top,
     no system config, ``HOME`` (so no user config) in the throw-away folder, and messages in English so
     ``classify`` can read them."""
     env = git_env(base, workspace)

@@ -2,24 +2,20 @@
 that folder before anything is spent (see "Local jobs" in docs/worker.md).
 
 The folder itself is the job's writable ``/workspace`` and the container runs as the folder's owner, so
-what the job writes belongs to the operator, never to root. Every git call is hardened: the folder's
-``.git`` is writable by every job that ran there before, so git may read it but never run what it names
-(hooks, fsmonitor, filter drivers, pagers, credential helpers, the ext transport).
+what the job writes belongs to the operator, never to root. Every git call goes through ``git.py``, which
+lets git read the folder's ``.git`` but never run what it names.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
 import re
-import signal
 import stat
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
@@ -28,18 +24,11 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
+from pidispatch.worker.git import GIT_TIMEOUT, GIT_TIMEOUT_S, GIT_UNAVAILABLE, SHA_RE, git, neutral_filters
 from pidispatch.worker.outcome import InfraFault, JobRefusal
 
-GIT_TIMEOUT_S = 10.0
-GIT_HARDENING = (
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.fsmonitor=false",
-    "-c", "protocol.ext.allow=never",
-    "-c", "credential.helper=",
-)
 _PRINTABLE_ASCII_RE = re.compile(r"^[\x21-\x7e]+$")
 MAX_TURNS_RANGE = (1, 10_000)
-SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _MINUTE_FORMAT = "%Y%m%d%H%M"
 # The dedup key of a local job is its own id, so only an identical run within the minute is swallowed.
 LOCAL_DEDUP_PREFIX = "local:"
@@ -48,10 +37,8 @@ NOT_A_REPO = "local-folder-not-a-repo"
 NO_COMMIT = "local-folder-no-commit"
 UNREADABLE_REPO = "local-folder-unreadable-repo"
 USER_UNMAPPABLE = "job-user-unmappable"
-# Retried faults; tokens only, the folder's path never travels in them.
+# A retried fault; a token only, the folder's path never travels in it.
 FOLDER_UNREACHABLE = "local-folder-unreachable"
-GIT_UNAVAILABLE = "git-unavailable"
-GIT_TIMEOUT = "git-timeout"
 
 
 @dataclass(frozen=True)
@@ -67,53 +54,6 @@ class FolderFacts:
 def local_user(facts: FolderFacts) -> str:
     """The container user of a local job: the folder's owner, so its files stay the operator's."""
     return f"{facts.uid}:{facts.gid}"
-
-
-def git_env(base: Mapping[str, str], folder: str) -> dict[str, str]:
-    """Pure: git's environment. Every inherited ``GIT_*`` goes (a stray ``GIT_DIR`` or
-    ``GIT_CONFIG_PARAMETERS`` would point git elsewhere or re-arm what the flags disarm), git never
-    prompts, never takes optional locks, and never looks for a repository above the folder."""
-    env = {k: v for k, v in base.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_TERMINAL_PROMPT="0",
-        GIT_OPTIONAL_LOCKS="0",
-        GIT_CEILING_DIRECTORIES=os.path.dirname(folder.rstrip("/")) or "/",
-    )
-    return env
-
-
-async def git(
-    folder: str, *args: str | bytes, config: tuple[str | bytes, ...] = (),
-    timeout_s: float | None = GIT_TIMEOUT_S, env: Mapping[str, str] | None = None, with_stderr: bool = False,
-) -> tuple[int, bytes]:
-    """Run one hardened git command in ``folder``; returns (exit code, stdout, plus stderr when
-    ``with_stderr``). Output is never logged: it may echo URLs or paths.
-
-    ``safe.directory`` names the folder so a worker account can read a folder the operator owns. ``env``
-    replaces ``git_env(os.environ, folder)``. git runs in its own session, so a timeout or a cancel kills
-    its helpers (remote-https, index-pack) too. Raises ``InfraFault`` when git cannot be started or does
-    not finish in time.
-    """
-    argv = ["git", *GIT_HARDENING, "-c", f"safe.directory={folder}", *config, "--no-pager", "-C", folder]
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT if with_stderr else asyncio.subprocess.DEVNULL,
-            env=dict(env) if env is not None else git_env(os.environ, folder), start_new_session=True,
-        )
-    except OSError:
-        raise InfraFault(GIT_UNAVAILABLE) from None
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
-        raise InfraFault(GIT_TIMEOUT) from None
-    finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    # Killed by a signal reads as a negative code: a failure like any other.
-    return (proc.returncode if proc.returncode is not None else -1), out
 
 
 def _stat_repo(folder: str) -> os.stat_result | None:
@@ -244,30 +184,6 @@ def _max_turns(raw: str | None) -> int | None:
     return value if MAX_TURNS_RANGE[0] <= value <= MAX_TURNS_RANGE[1] else None
 
 
-async def _neutral_filters(folder: str) -> tuple[bytes, ...] | None:
-    """``-c`` pairs that switch off every filter driver the repository's own config declares (``git
-    status`` runs a driver's clean command on files whose stat changed). The operator's global and
-    system drivers (git-lfs) stay. None when a driver's name cannot be written as a ``-c`` key."""
-    code, out = await git(folder, "config", "-z", "--show-scope", "--name-only", "--get-regexp", r"^filter\.")
-    if code in (0, 1):
-        fields = out.split(b"\0")
-        scoped = list(zip(fields[0::2], fields[1::2], strict=False))
-    else:
-        # A git older than --show-scope (2.26): switch off every driver, whoever declared it.
-        code, out = await git(folder, "config", "-z", "--name-only", "--get-regexp", r"^filter\.")
-        scoped = [(b"local", key) for key in out.split(b"\0")] if code == 0 else []
-    names = {key[len(b"filter."):].rpartition(b".")[0] for scope, key in scoped
-             if key.startswith(b"filter.") and scope not in (b"system", b"global")}
-    pairs: list[bytes] = []
-    for name in sorted(names):
-        if not name:
-            continue  # ``filter.<var>`` without a driver name declares no driver
-        if b"=" in name:
-            return None
-        for var, value in ((b"clean", b""), (b"smudge", b""), (b"process", b""), (b"required", b"false")):
-            pairs += [b"-c", b"filter." + name + b"." + var + b"=" + value]
-    return tuple(pairs)
-
 
 async def check_folder(path: str, shown: str, *, force: bool) -> FolderFacts | str:
     """The CLI's folder checks, in order: exists, is a repository's top folder with a commit, is readable
@@ -282,7 +198,7 @@ async def check_folder(path: str, shown: str, *, force: bool) -> FolderFacts | s
     top = out.decode(errors="replace").strip()
     if code != 0 or await asyncio.to_thread(os.path.realpath, top) != path:
         return f"folder {shown} is not the top folder of its git work tree; pass the top folder"
-    overrides = await _neutral_filters(path)
+    overrides = await neutral_filters(path)
     if overrides is None:
         return (f"the git config in folder {shown} declares a filter driver whose name has an '=' (it could "
                 "not be switched off); rename or remove it")

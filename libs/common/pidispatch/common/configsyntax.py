@@ -1,0 +1,67 @@
+"""The syntax of the compound values in settings: secret-profile lists, sizes, CPU counts and uid:gid.
+
+Kept apart from the loader in ``settings``, which reads the environment: these only turn text into a value,
+or raise ``ConfigError`` naming the variable and what is accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from pidispatch.common.errors import ConfigError
+
+JOB_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
+PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+MEMORY_RE = re.compile(r"^([0-9]+)([kmg]?)$", re.IGNORECASE)
+_MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
+    """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon."""
+    if raw is None:
+        return ()
+    seen: dict[str, str] = {}
+    for entry in raw.split(","):
+        label, sep, path = entry.strip().partition(":")
+        if not sep or not PROFILE_NAME_RE.match(label):
+            raise ConfigError(
+                f"{name} entry {label or entry!r} is refused; accepted: name:/absolute/path entries, "
+                "names of [A-Za-z0-9._-], separated by commas"
+            )
+        if label in seen:
+            raise ConfigError(f"{name} declares profile {label!r} twice; accepted: each name once")
+        if not path or not os.path.isabs(path):
+            raise ConfigError(f"{name} profile {label!r} needs an absolute resolver path")
+        seen[label] = path
+    return tuple(seen.items())
+
+
+def parse_memory(name: str, raw: str) -> int:
+    m = MEMORY_RE.match(raw)
+    if not m:
+        raise ConfigError(f"{name}={raw!r} is not a size; accepted: bytes or a number with k, m or g (4g)")
+    value = int(m.group(1)) * _MEMORY_UNITS[m.group(2).lower()]
+    if value < 64 * 1024**2:
+        raise ConfigError(f"{name}={raw!r} is below the 64m floor a job container needs")
+    return value
+
+
+def parse_cpus(name: str, raw: str) -> int:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 256:
+        raise ConfigError(f"{name}={raw!r} is not a CPU count; accepted: a number from 0.1 to 256 (2, 1.5)")
+    return int(value * 1e9)
+
+
+def parse_job_user(raw: str) -> str:
+    m = JOB_USER_RE.match(raw)
+    if not m or int(m.group(1)) == 0 or int(m.group(2)) == 0:
+        raise ConfigError(
+            f"PI_JOB_USER={raw!r} is refused; accepted: <uid>:<gid>, both non-zero numbers (1000:1000)"
+        )
+    return raw
+
