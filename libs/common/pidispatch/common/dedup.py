@@ -5,9 +5,9 @@ digests end to end, expiring when the day leaves the window. A check looks at th
 one shard (today's first); no key per identity: 6 B an identity (plus a string's spare room) and ~136 B
 per shard and day, where a key per delivery cost ~112 B.
 
-The digest is BLAKE2b-64 of the identity: its first 16 bits pick the shard, its last 48 are stored. A new identity is taken
-for one seen before only if all 64 bits collide with one in its window, about n / 2**64 for n remembered
-(1e-12 at 31 million); identities reach this only after their delivery was authenticated.
+The digest is BLAKE2b-64 of the identity: 14 of its first 16 bits pick the shard, its last 48 are stored.
+A new identity is taken for one seen before only if those 62 bits collide with one in its window: about
+n / 2**62 for n remembered (7e-12 at 31 million). Identities reach this only once authenticated.
 """
 
 from __future__ import annotations
