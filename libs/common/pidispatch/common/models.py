@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -103,11 +103,15 @@ class Trigger(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
     review: dict[str, Any] | None = None
 
 
+# The kind of a job that runs on a folder of its host; every other kind is a forge's name (pidispatch.forges).
+LOCAL_KIND: Final = "local"
+
+
 class Job(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
     """A unit of paid work. Forge jobs carry repo/target/trigger; local jobs carry folder/task."""
 
     id: str
-    kind: str
+    kind: str  # LOCAL_KIND or a forge's name
     repo: str
     target: Target | None = None
     flow: str | None = None
@@ -135,6 +139,10 @@ class Job(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
     replica: int | None = None
     replicas: int | None = None
     enqueued_at: int | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.kind == LOCAL_KIND
 
 
 _job_encoder = msgspec.json.Encoder()
@@ -206,7 +214,7 @@ def sanitize_job_id(job_id: str | None) -> str:
 
 def record_target(job: Job) -> str | None:
     """``local:<basename>`` or ``<repo><sep><number>``; never a full path or any payload text."""
-    if job.kind == "local":
+    if job.is_local:
         return job.repo if job.repo.startswith("local:") else f"local:{job.repo}"
     if job.target is None:
         return None

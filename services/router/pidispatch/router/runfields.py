@@ -14,7 +14,7 @@ from typing import Any
 
 from pidispatch import forges
 from pidispatch.common.envnames import RESERVED_SECRET_NAMES
-from pidispatch.common.models import FLOW_RE
+from pidispatch.common.models import FLOW_RE, LOCAL_KIND
 from pidispatch.common.settings import image_ref_ok
 from pidispatch.forges import FORGES
 from pidispatch.router.modelref import model_fields
@@ -293,7 +293,7 @@ def cron_run(e: TriggerEntry) -> dict[str, Any]:
     if portfolio and command is not None:
         e.fail("run.portfolio", "true is refused beside run.command (a plan is written by a flow)")
     spec = RunSpec(flow=flow, command=command, **fields)
-    out = {"kind": "local", "folder": run["folder"], "task": run.get("task"), **forge_fields,
+    out = {"kind": LOCAL_KIND, "folder": run["folder"], "task": run.get("task"), **forge_fields,
            "portfolio": portfolio, **_camel(spec)}
     return {k: v for k, v in out.items() if v is not None}
 

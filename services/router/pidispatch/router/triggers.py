@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from pidispatch import forges
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.models import LOCAL_KIND
 from pidispatch.forges import FORGES
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.refusal import ID_RE, TriggerEntry, TriggerRefusal, integer, nonblank, trim
@@ -41,7 +42,7 @@ __all__ = [
 
 ON_TYPES = ("cron", "label", "comment", "pull_request", "issue")
 FORGE_KINDS = forges.names()
-RUN_KINDS = ("local", *FORGE_KINDS)
+RUN_KINDS = (LOCAL_KIND, *FORGE_KINDS)
 # A rules file is a few KiB; the cap bounds what a mistaken path (a log, an image) can cost to read.
 TRIGGERS_MAX_BYTES = 1024 * 1024
 SELECTORS = ("any", "all", "none")
@@ -204,7 +205,7 @@ def _entry(index: int, raw: Any) -> TriggerEntry:
     if run.get("kind") not in RUN_KINDS:
         entry.fail("run.kind", f"must be one of {', '.join(RUN_KINDS)}")
     # The on x run matrix is the trust boundary: webhook input must never produce a local run.
-    if entry.is_cron != (run["kind"] == "local"):
+    if entry.is_cron != (run["kind"] == LOCAL_KIND):
         entry.fail("run.kind", "must be local for a cron trigger and a forge kind for every other type")
     return entry
 

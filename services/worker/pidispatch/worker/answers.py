@@ -31,7 +31,7 @@ def answer_for(outcome: str, reason: str | None, *, local: bool) -> str | None:
 
 async def post_answer(ctx: WorkerContext, job: Job, text: str) -> None:
     log = get_logger()
-    if job.kind == "local" or ctx.http is None:
+    if job.is_local or ctx.http is None:
         log.info("comment", job=job.id, text=text)
         return
     try:

@@ -47,7 +47,7 @@ def token_vars(job: Job) -> tuple[str, ...]:
 
     Raises ``JobConfigRefused`` for a kind with no table entry: never a default forge.
     """
-    kind = forges.fallthrough().name if job.kind == "local" else job.kind
+    kind = forges.fallthrough().name if job.is_local else job.kind
     names = FORGE_TOKEN_VARS.get(kind)
     if names is None:
         raise JobConfigRefused(

@@ -101,7 +101,7 @@ async def run_ladder(ctx: WorkerContext, held: Held, job: Job, spend: Spend) -> 
     user, workspace, sha = s.job_user, None, None
     token: str | None = None
     tip: Tip | None = None
-    if job.kind == "local":
+    if job.is_local:
         folder = await inspect_folder(job.folder or "")
         if isinstance(folder, JobRefusal):
             return refuse(job, folder.reason)

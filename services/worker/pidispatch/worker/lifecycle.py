@@ -160,7 +160,7 @@ async def _reattach(
 
 
 async def _attempt(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
-    folder = job.folder if job.kind == "local" else None
+    folder = job.folder if job.is_local else None
     if folder is not None and folder in ctx.busy_folders:
         await _defer(ctx, held, job, attempt)  # one local job per folder at a time
         return
@@ -261,7 +261,7 @@ async def _after_record(
     await _until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))
     log.info("job_finished", job=job.id, outcome=outcome, reason=reason, attempt=attempt)
     # After the ack: a crash in between loses one comment rather than posting it twice.
-    text = answer_for(outcome, reason, local=job.kind == "local")
+    text = answer_for(outcome, reason, local=job.is_local)
     if text is not None:
         await post_answer(ctx, job, text)
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from itertools import chain
 
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import FLOW_RE, MODEL_RE, Job, job_to_fields, text
+from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
 from pidispatch.worker.git import GIT_TIMEOUT, GIT_TIMEOUT_S, GIT_UNAVAILABLE, SHA_RE, git, neutral_filters
@@ -223,7 +223,7 @@ def build_local_job(args: argparse.Namespace, folder: str, basename: str, now_ms
         provider=provider, max_turns=max_turns,
     )
     return Job(
-        id=job_id, kind="local", repo=f"local:{basename}", folder=folder, task=args.task, flow=args.flow,
+        id=job_id, kind=LOCAL_KIND, repo=f"local:{basename}", folder=folder, task=args.task, flow=args.flow,
         provider=provider, model=args.model, max_turns=max_turns, image=args.image, enqueued_at=now_ms,
     )
 

@@ -131,7 +131,7 @@ def image_refusal(facts: ImageFacts | None, job: Job, settings: Settings) -> Job
     """
     if facts is None:
         return JobRefusal("job-image-missing")
-    if job.kind != "local" and facts.forges is not None and job.kind not in facts.forges:
+    if not job.is_local and facts.forges is not None and job.kind not in facts.forges:
         return JobRefusal("job-image-forge-unsupported")
     for gate in CAPABILITY_GATES:
         if gate.needed(job, settings) and gate.token not in facts.capabilities:

@@ -115,7 +115,7 @@ def build_prompt(job: Job) -> str:
     wrote (title, body, the comment or review that fired the job) fenced as data, then the operator's
     trusted instructions, then which replica this is and the branch to push to.
     """
-    if job.kind == "local":
+    if job.is_local:
         return build_local_prompt(job)
     if job.command is not None:
         head = f"/{job.command}"
@@ -159,7 +159,7 @@ def build_event(job: Job, *, sha: str | None = None) -> dict[str, Any]:
     A local job's event names the folder by its basename only (never the host path) and the commit the
     worker saw at HEAD, so the agent knows what it started from.
     """
-    if job.kind == "local":
+    if job.is_local:
         return {"source": "manual", "folder": job.repo.removeprefix("local:"), "sha": sha}
     trigger = job.trigger
     event: dict[str, Any] = {
@@ -218,7 +218,7 @@ def _prepare(job: Job, settings: Settings, sha: str | None) -> str:
         _write_readonly(root / "prompt.md", build_prompt(job))
         event = build_event(job, sha=sha)
         _write_readonly(root / "event.json", json.dumps(event, ensure_ascii=False) + "\n")
-        if job.kind != "local":
+        if not job.is_local:
             _make_workspace(root / "workspace", settings.job_user)
         return job_dir
     except BaseException:
@@ -232,7 +232,7 @@ async def prepare_workspace(job: Job, settings: Settings, *, sha: str | None = N
     A local job passes ``sha`` (from ``inspect_folder``) and gets no ``workspace/``: the container
     mounts the operator's folder there instead.
     """
-    if job.kind == "local" and sha is None:
+    if job.is_local and sha is None:
         raise ValueError("a local job's workspace needs the commit sha its folder is at")
     return await asyncio.to_thread(_prepare, job, settings, sha)
 
