@@ -14,7 +14,9 @@ DAY_S = 24 * 3600
 ROUTER_GROUP = "router"
 WORKER_GROUP = "workers"
 
-# Retention of decisions (delivery and job-id dedup keep 31 days: common.dedup).
+# Retention of decisions: 7 full days after the UTC day of their events entry (router.decisions);
+# delivery and job-id dedup keep 31 days (common.dedup).
+DECISION_KEEP_DAYS = 7
 EVENT_DECISION_TTL_S = 7 * DAY_S
 DEDUP_WINDOW_MS = 10 * 60 * 1000
 JOB_STATE_TTL_S = 31 * DAY_S
@@ -112,6 +114,10 @@ class Keys:
 
     def event(self, forge: str, delivery: str) -> str:
         return self._k("event", forge, delivery)
+
+    def decided(self, day: int, shard: int) -> str:
+        """The router's decisions on deliveries whose events entry is of ``day`` and digest in ``shard``."""
+        return self._k("decided", str(day), str(shard))
 
     @property
     def events_trimmed(self) -> str:
