@@ -4,8 +4,10 @@ A decision is one field of a day/shard bucket HASH ``pd:decided:<day>:<shard>``,
 ``common.dedup``: the day is the UTC day of the delivery's ``pd:events`` entry id, and BLAKE2b-64 of
 ``<forge>:<delivery>`` gives the shard (16 bits) and the field (the other 48). The value is a msgpack
 array ``[outcome, reason, jobs, trigger, decided_at_ms, entry]``, ``jobs`` a count when the ids are the
-delivery's own (its job id, or its replicas'), else the ids. Small values keep a bucket a listpack:
-about 35-80 B a decision, where a hash per delivery cost ~300 B.
+delivery's own (its job id, or its replicas'), else the ids. Values up to 64 B keep a bucket a listpack:
+about 50-85 B a decision (1 million to 100,000 a day), where a hash per delivery cost ~300 B. A value
+naming another delivery's job (``deduplicated``), or a long lookup-failure reason, is longer and turns
+its one bucket into a plain hash table.
 
 Two deliveries share a field only if all 64 bits of their digests collide on one day, about n**2 / 2**65
 a day for n decisions (3e-8 at a million); the later decision would then hide the earlier.
