@@ -8,7 +8,7 @@ Four curves, each against its own baseline measured in the same run:
 2. hosts: the routing choice per job (against the router's snapshot) and the registry read (done off
    the event path) with 1, 10, 100 and 1,000 live hosts;
 3. bytes: Redis memory per delivery and per job after a real router process drained real deliveries
-   (the seen key, the decision hash, the job-id and dedup keys, a stream entry), and the retained state
+   (the seen key, the decision buckets, the job-id and dedup keys, a stream entry), and the retained state
    per day at 1 million deliveries a day;
 4. upkeep: the events trim on a stream of 13 KB entries over its cap, fully acked: the longest Redis
    command the upkeep ran (SLOWLOG at a 0 us threshold) and how many entries a second it removes;
@@ -165,6 +165,13 @@ async def sampled_bytes(r: Redis, pattern: str, sample: int = 200) -> tuple[int,
     return len(names), (sum(sizes) / len(sizes) if sizes else 0.0)
 
 
+async def bucket_bytes(r: Redis, pattern: str, per: int) -> tuple[int, float]:
+    """(count, total MEMORY USAGE / ``per``) of the keys matching ``pattern``: buckets shared by many."""
+    names = [k async for k in r.scan_iter(match=pattern, count=1000)]
+    total = sum([await r.memory_usage(k, samples=0) or 0 for k in names])
+    return len(names), (total / per if per else 0.0)
+
+
 async def stream_bytes(r: Redis, stream: str) -> tuple[int, float]:
     length = await r.xlen(stream)
     usage = await r.memory_usage(stream, samples=0) or 0
@@ -194,7 +201,7 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
         router.wait(10)
     rows = [
         ("delivery", "seen key", await sampled_bytes(r, f"{keys.prefix}:seen:*")),
-        ("delivery", "decision hash", await sampled_bytes(r, f"{keys.prefix}:event:*")),
+        ("delivery", "decision buckets", await bucket_bytes(r, f"{keys.prefix}:decided:*", deliveries)),
         ("delivery", "events stream entry", await stream_bytes(r, keys.events)),
         ("job", "job-id key", await sampled_bytes(r, f"{keys.prefix}:jobid:*")),
         ("job", "dedup key", await sampled_bytes(r, f"{keys.prefix}:dedup:*")),

@@ -17,6 +17,7 @@ import pytest
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
+from tests.support.decisions import decision_fields
 from tests.support.forges import GithubStandIn
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
@@ -131,8 +132,8 @@ async def test_signed_github_delivery_runs_one_isolated_container_and_records_it
     # One event, one job, both fully processed.
     assert await redis.xlen(keys.events) == 1
     assert await redis.xlen(keys.jobs) == 1
-    decision = await redis.hgetall(keys.event("github", delivery))
-    assert decision[b"outcome"] == b"queued" and decision[b"jobs"] == job_id.encode()
+    decision = await decision_fields(redis, keys, "github", delivery)
+    assert decision["outcome"] == "queued" and decision["jobs"] == job_id
 
     async def jobs_acked() -> bool:
         groups = await redis.xinfo_groups(keys.jobs)

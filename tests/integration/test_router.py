@@ -24,6 +24,7 @@ from pidispatch.common.streams import ensure_group, read_group
 from pidispatch.router import pipeline
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
+from tests.support.decisions import bucket_of, decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
@@ -58,8 +59,7 @@ async def append(
 
 
 async def decision(redis: Redis, keys: Keys, delivery: str, forge: str = "github") -> dict[str, str]:
-    raw = await redis.hgetall(keys.event(forge, delivery))
-    return {_s(k): _s(v) for k, v in raw.items()}
+    return await decision_fields(redis, keys, forge, delivery)
 
 
 async def pending(redis: Redis, keys: Keys) -> int:
@@ -103,7 +103,8 @@ async def test_router_enqueues_one_job_for_a_matching_label(
     assert d["outcome"] == "queued" and d["reason"] == ""
     assert d["jobs"] == f"gh-{delivery}" and d["trigger"] == "1" and d["entry"] == entry
     assert int(d["decidedAt"]) > 0
-    assert 0 < await redis.ttl(keys.event("github", delivery)) <= 7 * 24 * 3600
+    # Kept 7 full days after the entry's day: its bucket goes at the end of that day + 7.
+    assert 0 < await redis.ttl(bucket_of(keys, "github", delivery, entry)) <= 8 * 24 * 3600
     assert await pending(redis, keys) == 0  # acked in the same MULTI
     assert await redis.get(keys.dedup("Codertocat/Hello-World#1:fix")) == f"gh-{delivery}".encode()
 
@@ -206,7 +207,7 @@ async def test_two_routers_in_one_group_share_the_work_without_duplicates(
 
 async def _all_decided(redis: Redis, keys: Keys, deliveries: list[str]) -> bool:
     for d in deliveries:
-        if not await redis.exists(keys.event("github", d)):
+        if not await decision(redis, keys, d):
             return False
     return True
 

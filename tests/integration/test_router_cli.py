@@ -12,6 +12,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
+from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 from tests.support.processes import ServiceProcess
@@ -36,8 +37,7 @@ async def append(redis: Redis, keys: Keys) -> str:
 
 
 async def outcome(redis: Redis, keys: Keys, delivery: str) -> str | None:
-    raw = await redis.hget(keys.event("github", delivery), "outcome")
-    return raw.decode() if raw else None
+    return (await decision_fields(redis, keys, "github", delivery)).get("outcome")
 
 
 async def test_events_explain_and_replay_after_fixing_the_triggers_file(

@@ -20,6 +20,7 @@ from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfId
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import parse_triggers
+from tests.support.decisions import decision_fields
 from tests.support.payloads import load_fixture
 from tests.support.polling import wait_for
 
@@ -42,8 +43,7 @@ async def append(redis: Redis, keys: Keys, body: str) -> str:
 
 
 async def decision(redis: Redis, keys: Keys, delivery: str) -> dict[str, str]:
-    raw = await redis.hgetall(keys.event("gitlab", delivery))
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    return await decision_fields(redis, keys, "gitlab", delivery)
 
 
 @asynccontextmanager

@@ -22,6 +22,7 @@ from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
+from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 
@@ -69,8 +70,7 @@ async def deliver(redis: Redis, keys: Keys) -> str:
 
 
 async def decided(redis: Redis, keys: Keys, delivery: str) -> str | None:
-    raw = await redis.hget(keys.event("github", delivery), "outcome")
-    return raw.decode() if raw else None
+    return (await decision_fields(redis, keys, "github", delivery)).get("outcome")
 
 
 async def job_ids(redis: Redis, stream: str) -> list[str]:

@@ -115,7 +115,7 @@ def test_the_checks_catch_a_rename() -> None:
     with pytest.raises((ImportError, AttributeError)):
         resolve("pidispatch.nowhere.function")
     shapes = key_shapes(Keys("pd"))
-    assert matches("pd:event:github:<delivery>", shapes)
+    assert matches("pd:decided:<day>:<shard>", shapes)
     assert matches("pd:seen:20423:4711", shapes)
     assert not matches("pd:events:<x>", shapes)
     assert not matches("pd:queue", shapes)

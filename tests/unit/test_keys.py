@@ -9,7 +9,7 @@ def test_names_follow_the_design_keyspace() -> None:
     k = Keys("pd")
     assert k.events == "pd:events"
     assert k.seen(20423, 513) == "pd:seen:20423:513"
-    assert k.event("github", "abc") == "pd:event:github:abc"
+    assert k.decided(20423, 513) == "pd:decided:20423:513"
     assert k.jobs == "pd:jobs"
     assert k.host_jobs("mini1") == "pd:jobs:mini1"
     assert k.jobid(20423, 7) == "pd:jobid:20423:7"

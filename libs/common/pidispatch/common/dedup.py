@@ -32,12 +32,17 @@ class Remembered(NamedTuple):
     expire_at_s: int
 
 
+def digest(identity: str) -> tuple[int, bytes]:
+    """(shard, stored bytes) of ``identity``: the 16 bits that pick its shard, the 48 kept in it."""
+    full = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(full[:2], "big") % SHARDS, full[2:]
+
+
 def remembered(bucket: Callable[[int, int], str], identity: str, now_ms: int) -> Remembered:
     """``bucket(day, shard)`` names a bucket; ``now_ms`` picks today (UTC days since the epoch)."""
-    full = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    shard = int.from_bytes(full[:2], "big") % SHARDS
+    shard, stored = digest(identity)
     today = now_ms // DAY_MS
     days = range(today, today - WINDOW_DAYS - 1, -1)
     # Kept until its day is out of every later check: the end of day today + WINDOW_DAYS.
     expire_at_s = (today + WINDOW_DAYS + 1) * DAY_MS // 1000
-    return Remembered([bucket(day, shard) for day in days], full[2:], expire_at_s)
+    return Remembered([bucket(day, shard) for day in days], stored, expire_at_s)

@@ -14,8 +14,9 @@ DAY_S = 24 * 3600
 ROUTER_GROUP = "router"
 WORKER_GROUP = "workers"
 
-# Retention of decisions (delivery and job-id dedup keep 31 days: common.dedup).
-EVENT_DECISION_TTL_S = 7 * DAY_S
+# Retention of decisions: 7 full days after the UTC day of their events entry (router.decisions);
+# delivery and job-id dedup keep 31 days (common.dedup).
+DECISION_KEEP_DAYS = 7
 DEDUP_WINDOW_MS = 10 * 60 * 1000
 JOB_STATE_TTL_S = 31 * DAY_S
 DEAD_MAXLEN = 10_000
@@ -110,8 +111,9 @@ class Keys:
         """The deliveries seen on ``day`` (UTC days since the epoch) whose digest falls in ``shard``."""
         return self._k("seen", str(day), str(shard))
 
-    def event(self, forge: str, delivery: str) -> str:
-        return self._k("event", forge, delivery)
+    def decided(self, day: int, shard: int) -> str:
+        """The router's decisions on deliveries whose events entry is of ``day`` and digest in ``shard``."""
+        return self._k("decided", str(day), str(shard))
 
     @property
     def events_trimmed(self) -> str:

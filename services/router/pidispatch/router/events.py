@@ -12,9 +12,11 @@ import msgspec
 
 from pidispatch import forges
 from pidispatch.common.keys import Keys
-from pidispatch.common.models import Event, decode_fields, text
+from pidispatch.common.models import Event, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import wire, xrange, xrevrange
+from pidispatch.router import decisions
+from pidispatch.router.decisions import Decided
 
 FORGES = forges.names()
 # Set on a replayed entry, so the log and the decision say it was an operator's replay.
@@ -36,40 +38,36 @@ class Delivery(msgspec.Struct, kw_only=True):
     decided_at: int | None = None
 
 
-def _decision_row(entry: str, fields: dict[str, str], decision: dict[str, str]) -> Delivery:
-    trigger = decision.get("trigger") or ""
-    decided = decision.get("decidedAt") or ""
-    return Delivery(
+def _decision_row(entry: str, fields: dict[str, str], decided: Decided | None) -> Delivery:
+    row = Delivery(
         entry=entry,
         forge=fields.get("forge", "?"),
         event=fields.get("event", "?"),
         delivery=fields.get("delivery", "?"),
         received_at=int(fields.get("received_at") or 0),
-        outcome=decision.get("outcome") or None,
-        reason=decision.get("reason") or None,
-        jobs=[j for j in (decision.get("jobs") or "").split(",") if j],
-        trigger=int(trigger) if trigger.isdigit() else None,
-        decided_at=int(decided) if decided.isdigit() else None,
     )
+    if decided is not None:
+        row.outcome, row.reason = decided.outcome or None, decided.reason or None
+        row.jobs, row.trigger, row.decided_at = decided.jobs, decided.trigger, decided.decided_at
+    return row
 
 
 async def recent(r: Redis, keys: Keys, limit: int) -> list[Delivery]:
     """The newest ``limit`` stored deliveries, newest first, each with its decision (if made yet)."""
     rows = await xrevrange(r, keys.events, count=limit)
-    async with r.pipeline(transaction=False) as pipe:
-        for _, fields in rows:
-            pipe.hgetall(keys.event(fields.get("forge", "?"), fields.get("delivery", "?")))
-        decisions = await pipe.execute()
-    return [_decision_row(e, f, decode_fields(d)) for (e, f), d in zip(rows, decisions, strict=True)]
+    found = await decisions.read_rows(
+        r, keys, [(f.get("forge", "?"), f.get("delivery", "?"), e) for e, f in rows]
+    )
+    return [_decision_row(e, f, d) for (e, f), d in zip(rows, found, strict=True)]
 
 
 async def find(r: Redis, keys: Keys, delivery: str, forge: str | None = None) -> tuple[str, Event] | None:
     """The stored entry of a delivery: through its decision's ``entry`` when decided, else by a scan of
     the (trimmed, bounded) events stream."""
     for f in (forge,) if forge else FORGES:
-        entry = await r.hget(keys.event(f, delivery), "entry")
-        if entry:
-            found = await xrange(r, keys.events, min=text(entry), max=text(entry), count=1)
+        decided = await decisions.read(r, keys, f, delivery, None)
+        if decided:
+            found = await xrange(r, keys.events, min=decided.entry, max=decided.entry, count=1)
             if found:
                 return found[0][0], Event.from_fields(found[0][1])
     last = "+"

@@ -22,7 +22,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -32,12 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff, Health
-from pidispatch.common.keys import (
-    EVENT_DECISION_TTL_S,
-    READ_BLOCK_MS,
-    ROUTER_GROUP,
-    Keys,
-)
+from pidispatch.common.keys import READ_BLOCK_MS, ROUTER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, text
 from pidispatch.common.redis import Redis
@@ -53,8 +48,9 @@ from pidispatch.common.streams import (
     read_group,
     send_to_dead,
 )
-from pidispatch.router import jobs, pipeline
+from pidispatch.router import decisions, jobs, pipeline
 from pidispatch.router.decision import Ask, Drop, Fire
+from pidispatch.router.decisions import RouteOutcome, RouteOutcomeName
 from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
 from pidispatch.router.rules import RulesRef
@@ -76,17 +72,6 @@ RETRY_MAX_MS = 60_000
 RETRY_TICK_S = 0.5
 # Errors that mean "Redis is not answering": back off and retry, never exit.
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
-
-
-# What became of one delivery; ``pending`` is written but not acked, so the entry is processed again.
-RouteOutcomeName = Literal["queued", "dropped", "deduplicated", "pending"]
-
-
-class RouteOutcome(msgspec.Struct, frozen=True):
-    outcome: RouteOutcomeName
-    reason: str = ""
-    jobs: tuple[str, ...] = ()
-    trigger: str = ""
 
 
 class _Work(msgspec.Struct):
@@ -117,8 +102,6 @@ def consumer_name(env: Mapping[str, str] | None = None) -> str:
 def retry_after_ms(deliveries: int) -> int:
     """How long an own pending entry rests before its next try."""
     return int(min(RETRY_FIRST_MS * 2 ** max(deliveries - 1, 0), RETRY_MAX_MS))
-
-
 
 
 async def _no_authority(question: Question, delivery: str) -> Verdict:
@@ -267,7 +250,10 @@ class Router:
             deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, entry_id)
             if deliveries > self.settings.max_deliveries:
                 # It had its tries (a crash mid-processing never reaches the failure handler).
-                await self._dead(entry_id, fields, await self._last_reason(fields), deliveries)
+                reason = await decisions.parked_reason(
+                    self.redis, self.keys, fields.get("forge", "?"), fields.get("delivery", "?"), entry_id
+                )
+                await self._dead(entry_id, fields, reason, deliveries)
             else:
                 fresh.append((entry_id, fields))
         if fresh:
@@ -366,30 +352,21 @@ class Router:
                 )
         # "duplicate" means our own job already exists (a re-processed entry): that is still queued.
         outcome: RouteOutcomeName = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
-        return RouteOutcome(outcome, jobs=tuple(carried), trigger=str(w.decision.index))
+        return RouteOutcome(outcome, jobs=tuple(carried), trigger=w.decision.index)
 
     async def _record_page(self, work: list[_Work]) -> None:
         """Decisions and acks in one MULTI: each entry is either finished and explained, or still
         pending and will be re-processed (idempotently). A ``pending`` outcome is written, not acked."""
         if not work:
             return
-        now = str(self.clock())
+        now = self.clock()
         async with self.redis.pipeline(transaction=True) as pipe:
             acked = []
             for w in work:
                 assert w.outcome is not None
                 forge = w.event.forge if w.event else w.fields.get("forge", "?")
                 delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
-                key = self.keys.event(forge, delivery)
-                pipe.hset(key, mapping={
-                    "outcome": w.outcome.outcome,
-                    "reason": w.outcome.reason,
-                    "jobs": ",".join(w.outcome.jobs),
-                    "trigger": w.outcome.trigger,
-                    "decidedAt": now,
-                    "entry": w.entry_id,
-                })
-                pipe.expire(key, EVENT_DECISION_TTL_S)
+                decisions.record(pipe, self.keys, forge, delivery, w.entry_id, w.outcome, now)
                 if w.outcome.outcome != "pending":
                     acked.append(w.entry_id)
             if acked:
@@ -405,14 +382,6 @@ class Router:
         else:
             self.log.warning("event_failed", entry=w.entry_id, error=error, deliveries=deliveries)
 
-    async def _last_reason(self, fields: Fields) -> str:
-        """Why an entry kept failing, as its pending decision recorded it (else a generic token)."""
-        stored = await self.redis.hget(
-            self.keys.event(fields.get("forge", "?"), fields.get("delivery", "?")), "reason"
-        )
-        reason = text(stored) if stored else ""
-        return reason.split(":", 1)[0] if reason.startswith("lookup-failed") else "max-deliveries"
-
     async def _dead(
         self, entry_id: str, fields: Fields, reason: str, deliveries: int, error: str | None = None
     ) -> None:
@@ -422,8 +391,6 @@ class Router:
         )
         delivery = fields.get("delivery")
         if delivery and fields.get("forge"):
-            key = self.keys.event(fields["forge"], delivery)
-            await self.redis.hset(key, mapping={"outcome": "dead", "reason": reason, "entry": entry_id})
-            await self.redis.expire(key, EVENT_DECISION_TTL_S)
+            await decisions.record_dead(self.redis, self.keys, fields["forge"], delivery, entry_id, reason)
         extra = {"error": error} if error else {}
         self.log.warning("event_dead", entry=entry_id, reason=reason, **extra)
