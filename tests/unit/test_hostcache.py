@@ -5,6 +5,7 @@ meanwhile; a failed read is a snapshot with no host, and each job it sends to th
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import structlog
 
@@ -33,12 +34,15 @@ class CountingRead:
         self.gate = asyncio.Event()
         self.gate.set()
 
-    async def __call__(self, redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float) -> list[HostRow]:
+    async def __call__(
+        self, redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float, known: Sequence[str]
+    ) -> list[HostRow]:
         self.calls += 1
+        self.known = list(known)
         await self.gate.wait()
         if self.fail:
             raise RegistryUnreachable("ConnectionError")
-        return await read_live_hosts(redis, keys, now_ms, timeout_s=timeout_s)
+        return await read_live_hosts(redis, keys, now_ms, timeout_s=timeout_s, known=known)
 
 
 async def beat(redis: Redis, keys: Keys, name: str, at: int) -> None:
@@ -73,7 +77,7 @@ async def test_only_the_first_call_waits_and_a_stale_snapshot_is_reread_in_the_b
     assert read.calls == 2  # one read in flight, however many callers
     read.gate.set()
     await wait_for(lambda: _has(cache, "mini2"), what="the new snapshot")
-    assert read.calls == 2
+    assert read.calls == 2 and read.known == ["mini1"]  # the last snapshot's rows came with the index
 
 
 async def _has(cache: HostCache, name: str) -> bool:
@@ -130,7 +134,9 @@ async def test_a_failed_read_sends_jobs_to_the_shared_stream_counted_and_logged_
 
 
 async def test_any_exception_from_the_read_fails_open(redis: Redis, keys: Keys) -> None:
-    async def broken(redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float) -> list[HostRow]:
+    async def broken(
+        redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float, known: Sequence[str]
+    ) -> list[HostRow]:
         raise ValueError("a bug")
 
     cache = HostCache(redis, keys, Clock(), read=broken)

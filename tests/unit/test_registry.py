@@ -184,6 +184,17 @@ async def test_read_live_hosts_sorts_prunes_and_skips_bad_rows(redis: Redis, key
     assert members == {"mini1", "mini2", "liar", "bad/name"}  # only the expired member is pruned
 
 
+async def test_a_read_with_the_last_members_gives_the_same_rows(redis: Redis, keys: Keys) -> None:
+    await write_row(redis, keys, "mini1", caps="s:prod")
+    await write_row(redis, keys, "mini3")
+    await redis.sadd(keys.hosts, "gone")  # known last time, its row expired since
+    # "left" was known but is no longer a member; "mini3" joined since the last read.
+    rows = await read_live_hosts(redis, keys, NOW, known=["gone", "left", "mini1"])
+    assert [r.name for r in rows] == ["mini1", "mini3"]
+    assert rows == await read_live_hosts(redis, keys, NOW)
+    assert not await redis.sismember(keys.hosts, "gone")
+
+
 async def test_read_live_hosts_raises_unreachable_rather_than_answering_empty(
     tmp_path_factory: pytest.TempPathFactory, keys: Keys
 ) -> None:

@@ -151,16 +151,24 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
 
 
 
-async def _read(redis: Redis, keys: Keys, now_ms: int) -> list[HostRow]:
-    members = sorted({text(m) for m in await redis.smembers(keys.hosts)})
-    if not members:
-        return []
+async def _read(redis: Redis, keys: Keys, now_ms: int, known: Sequence[str]) -> list[HostRow]:
+    # One round trip when the fleet is what it was (the index and the rows of ``known`` together); a
+    # second only for members that joined since.
     async with redis.pipeline(transaction=False) as pipe:
-        for member in members:
+        pipe.smembers(keys.hosts)
+        for member in known:
             pipe.hgetall(keys.host(member))
-        raws = await pipe.execute()
+        index, *raws = await pipe.execute()
+    members = sorted({text(m) for m in index})
+    by_member = dict(zip(known, raws, strict=True))
+    if joined := [m for m in members if m not in by_member]:
+        async with redis.pipeline(transaction=False) as pipe:
+            for member in joined:
+                pipe.hgetall(keys.host(member))
+            by_member.update(zip(joined, await pipe.execute(), strict=True))
     rows, gone = [], []
-    for member, raw in zip(members, raws, strict=True):
+    for member in members:
+        raw = by_member[member]
         if not raw:
             gone.append(member)  # the row expired: the set is an index that readers keep tidy
             continue
@@ -174,19 +182,21 @@ async def _read(redis: Redis, keys: Keys, now_ms: int) -> list[HostRow]:
             for member in gone:
                 HOST_PRUNE.in_pipeline(pipe, [keys.host(member), keys.hosts], [member])
             await pipe.execute()
-    return sorted(rows, key=lambda r: r.name)
+    return rows
 
 
 async def read_live_hosts(
-    redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float = REGISTRY_READ_TIMEOUT_S
+    redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float = REGISTRY_READ_TIMEOUT_S,
+    known: Sequence[str] = (),
 ) -> list[HostRow]:
-    """Every host with a row, sorted by name; expired members are pruned from ``keys.hosts``.
+    """Every host with a row, sorted by name; expired members are pruned from ``keys.hosts``. ``known``:
+    the members of the last read, whose rows are fetched with the index in one round trip.
 
     Raises ``RegistryUnreachable`` when Redis does not answer within ``timeout_s``: an empty list
     always means "nobody is registered", never "could not look".
     """
     try:
-        return await bounded(_read(redis, keys, now_ms), timeout_s)
+        return await bounded(_read(redis, keys, now_ms, known), timeout_s)
     except TimeoutError:
         raise RegistryUnreachable("timeout") from None
     except (RedisError, OSError) as exc:
@@ -281,7 +291,7 @@ async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
 
 class HostReader(Protocol):
     def __call__(
-        self, redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float
+        self, redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float, known: Sequence[str]
     ) -> Awaitable[list[HostRow]]: ...
 
 
@@ -342,7 +352,10 @@ class HostCache:
     async def _refresh(self) -> None:
         try:
             try:
-                hosts = await self.read(self.redis, self.keys, self.clock(), timeout_s=self.timeout_s)
+                known = [h.name for h in self._fleet.hosts]
+                hosts = await self.read(
+                    self.redis, self.keys, self.clock(), timeout_s=self.timeout_s, known=known
+                )
                 self._unread = False
                 self.health.ok()
             except RegistryUnreachable as exc:
