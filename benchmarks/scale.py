@@ -45,6 +45,7 @@ from pidispatch.common.registry import Fleet, read_live_hosts
 from pidispatch.common.scripts import INGEST
 from pidispatch.router import pipeline
 from pidispatch.router.lookup import SelfIds
+from pidispatch.router.rules import Rules
 from pidispatch.router.triggers import parse_triggers
 from pidispatch.router.trim import trim_all
 
@@ -85,28 +86,34 @@ def labeled_events(label: str, n: int) -> list[Event]:
     return out
 
 
-def plan_rate(rule_count: int, events: int) -> float:
-    rules = parse_triggers(label_rules(rule_count))
-    batch = labeled_events(f"pi:r{rule_count - 1}", events)
+def plan_seconds(rules: Rules, batch: list[Event]) -> float:
     self_ids = SelfIds()
-    assert isinstance(pipeline.plan(batch[0], rules, self_ids), pipeline.Fire)
-    best = 0.0
-    for _ in range(3):  # best of three: the machine's noise only ever slows a run down
-        start = time.perf_counter()
-        for event in batch:
-            pipeline.plan(event, rules, self_ids)
-        best = max(best, len(batch) / (time.perf_counter() - start))
-    return best
+    start = time.perf_counter()
+    for event in batch:
+        pipeline.plan(event, rules, self_ids)
+    return time.perf_counter() - start
 
 
 def rules_curve(events: int) -> None:
     print("1. rules: pipeline.plan on issues-labeled deliveries (label of the last rule)")
-    base = 0.0
+    cases = {}
     for n in RULE_COUNTS:
-        rate = plan_rate(n, events)
-        base = base or rate
-        print(f"   {n:5d} rules  {rate:9.0f} events/s   cost x{base / rate:5.2f} of {RULE_COUNTS[0]} rules")
-    verdict = "met" if base / rate <= TARGET_RULES_RATIO else "NOT met"
+        rules = parse_triggers(label_rules(n))
+        batch = labeled_events(f"pi:r{n - 1}", events)
+        assert isinstance(pipeline.plan(batch[0], rules, SelfIds()), pipeline.Fire)
+        cases[n] = (rules, batch)
+    # Rounds interleave the sizes, and each keeps its best: the machine's noise only slows a run down,
+    # and a drift in clock speed then touches every size alike.
+    best = dict.fromkeys(RULE_COUNTS, float("inf"))
+    for _ in range(5):
+        for n, (rules, batch) in cases.items():
+            best[n] = min(best[n], plan_seconds(rules, batch))
+    base = best[RULE_COUNTS[0]]
+    for n in RULE_COUNTS:
+        print(f"   {n:5d} rules  {events / best[n]:9.0f} events/s   cost x{best[n] / base:5.2f} of "
+              f"{RULE_COUNTS[0]} rules")
+    ratio = best[RULE_COUNTS[-1]] / base
+    verdict = "met" if ratio <= TARGET_RULES_RATIO else "NOT met"
     print(f"   target: {RULE_COUNTS[-1]} rules cost <= {TARGET_RULES_RATIO}x of {RULE_COUNTS[0]}: {verdict}")
 
 
@@ -158,15 +165,8 @@ async def hosts_curve(r: Redis) -> None:
 # ---- 3. bytes --------------------------------------------------------------------------------------
 
 
-async def sampled_bytes(r: Redis, pattern: str, sample: int = 200) -> tuple[int, float]:
-    """(count, mean MEMORY USAGE) of the keys matching ``pattern``."""
-    names = [k async for k in r.scan_iter(match=pattern, count=1000)]
-    sizes = [await r.memory_usage(k, samples=0) or 0 for k in names[:sample]]
-    return len(names), (sum(sizes) / len(sizes) if sizes else 0.0)
-
-
 async def bucket_bytes(r: Redis, pattern: str, per: int) -> tuple[int, float]:
-    """(count, total MEMORY USAGE / ``per``) of the keys matching ``pattern``: buckets shared by many."""
+    """(keys, total MEMORY USAGE / ``per``) of the keys matching ``pattern``."""
     names = [k async for k in r.scan_iter(match=pattern, count=1000)]
     total = sum([await r.memory_usage(k, samples=0) or 0 for k in names])
     return len(names), (total / per if per else 0.0)
@@ -179,7 +179,8 @@ async def stream_bytes(r: Redis, stream: str) -> tuple[int, float]:
 
 
 async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> None:
-    print(f"3. bytes: after one router drained {deliveries} real deliveries (20 label rules, all firing)")
+    print(f"3. bytes: after one router drained {deliveries} real deliveries (20 label rules, all firing); "
+          "buckets at this low a volume are mostly key (see 5)")
     keys = Keys("benchbytes")
     triggers = workdir / "bytes-triggers.json"
     triggers.write_text(label_rules(20))
@@ -200,16 +201,16 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
         router.terminate()
         router.wait(10)
     rows = [
-        ("delivery", "seen key", await sampled_bytes(r, f"{keys.prefix}:seen:*")),
+        ("delivery", "seen buckets", await bucket_bytes(r, f"{keys.prefix}:seen:*", deliveries)),
         ("delivery", "decision buckets", await bucket_bytes(r, f"{keys.prefix}:decided:*", deliveries)),
         ("delivery", "events stream entry", await stream_bytes(r, keys.events)),
-        ("job", "job-id key", await sampled_bytes(r, f"{keys.prefix}:jobid:*")),
-        ("job", "dedup key", await sampled_bytes(r, f"{keys.prefix}:dedup:*")),
+        ("job", "job-id buckets", await bucket_bytes(r, f"{keys.prefix}:jobid:*", deliveries)),
+        ("job", "dedup key", await bucket_bytes(r, f"{keys.prefix}:dedup:*", deliveries)),
         ("job", "jobs stream entry", await stream_bytes(r, keys.jobs)),
     ]
     retained = 0.0
     for unit, what, (count, mean) in rows:
-        print(f"   per {unit:8s} {what:22s} {mean:9.0f} B   ({count} present)")
+        print(f"   per {unit:8s} {what:22s} {mean:9.0f} B   ({count} keys or entries)")
         # The events stream is capped and a dedup key lives minutes; the rest stays for days or more.
         if what not in ("events stream entry", "dedup key"):
             retained += mean
