@@ -279,6 +279,27 @@ async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deli
     assert (await decision(redis, keys, "boom"))["outcome"] == "dead"
 
 
+async def test_a_pending_entry_deleted_from_the_stream_is_acked_not_claimed_for_ever(
+    base_env: dict[str, str], redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_plan = pipeline.plan
+
+    def fails_once(event: Event, rules: Rules, self_ids: Any) -> Any:
+        if event.delivery == "doomed":
+            raise RuntimeError("a bug, once")
+        return real_plan(event, rules, self_ids)
+
+    monkeypatch.setattr(pipeline, "plan", fails_once)
+    with structlog.testing.capture_logs() as logs:
+        async with running_router(settings_for(base_env), redis, keys, rules_of(BUG_RULE)):
+            _, entry = await append(redis, keys, delivery="doomed")
+            await wait_for(lambda: any(e["event"] == "event_failed" for e in logs), what="the failure")
+            await redis.xdel(keys.events, entry)  # an operator's XDEL while it waits for its retry
+            await wait_for(lambda: any(e["event"] == "event_entry_gone" for e in logs), what="the ack")
+    assert await pending(redis, keys) == 0
+    assert await redis.xlen(keys.dead) == 0  # nothing to park: there is no entry left
+
+
 async def test_router_survives_redis_restart(base_env: dict[str, str], keys: Keys, tmp_path: Path) -> None:
     server = RedisProcess(tmp_path / "redis")
     server.start()

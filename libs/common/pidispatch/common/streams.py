@@ -141,12 +141,23 @@ async def claim(
     reply = await r.xclaim(stream, group, consumer, min_idle_time=min_idle_ms, message_ids=ids)
     entries: list[StreamEntry] = []
     gone: list[str] = []
+    nameless = False
     for item in reply or ():
         match item:
             case (bytes() | str() as entry_id, Mapping() as fields) if fields:
                 entries.append((text(entry_id), decode_fields(fields)))
             case (bytes() | str() as entry_id, _):
                 gone.append(text(entry_id))
+            case _:
+                nameless = True  # Redis 6.2 answers a deleted entry with no id at all
+    if nameless:
+        claimed = {entry_id for entry_id, _ in entries} | set(gone)
+        unknown = [entry_id for entry_id in entry_ids if entry_id not in claimed]
+        async with r.pipeline(transaction=False) as pipe:
+            for entry_id in unknown:
+                pipe.xrange(stream, entry_id, entry_id, count=1)
+            found = await pipe.execute()
+        gone += [entry_id for entry_id, rows in zip(unknown, found, strict=True) if not rows]
     return entries, gone
 
 

@@ -238,10 +238,14 @@ class Router:
         due = [row.entry_id for row in rows if row.idle_ms >= retry_after_ms(row.deliveries)]
         if not due:
             return
-        # An entry trimmed away meanwhile comes back without fields; it is left as before.
-        claimed, _ = await claim(
+        claimed, gone = await claim(
             self.redis, self.keys.events, ROUTER_GROUP, self.consumer, RETRY_FIRST_MS, due
         )
+        if gone:
+            # Deleted from the stream by hand (the trim never cuts a pending entry): nothing is left to
+            # decide, and left pending it would be claimed again every tick, for ever.
+            await self.redis.xack(self.keys.events, ROUTER_GROUP, *gone)
+            self.log.warning("event_entry_gone", entries=len(gone))
         await self._process_claimed(claimed)
 
     async def _process_claimed(self, entries: list[tuple[str, Fields]]) -> None:
