@@ -62,6 +62,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_retention_days: int = 30
     capture_job_logs: bool = False
     sweep_interval_hours: int = 24
+    # An operator's program run after a job ends in failure (worker.hook), and how long it may take.
+    on_failure: str | None = None
+    on_failure_timeout_ms: int = 10_000
 
     # Spend, checked before a container starts: job-count windows (None = window off) and the daily token cap.
     daily_cap: int = 25
@@ -173,6 +176,8 @@ class _UpkeepPart(TypedDict):
     log_retention_days: int
     capture_job_logs: bool
     sweep_interval_hours: int
+    on_failure: str | None
+    on_failure_timeout_ms: int
 
 
 class _SpendPart(TypedDict):
@@ -282,7 +287,17 @@ def _upkeep_part(env: Mapping[str, str]) -> _UpkeepPart:
         log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
         capture_job_logs=_int(env, "PI_CAPTURE_JOB_LOGS", 0, 0, 1) == 1,
         sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
+        on_failure=_on_failure(env),
+        on_failure_timeout_ms=_int(env, "PI_ON_FAILURE_TIMEOUT_MS", 10_000, 100, 600_000),
     )
+
+
+def _on_failure(env: Mapping[str, str]) -> str | None:
+    # Only the path's shape is checked here: the program is looked up (realpath, executable) at each call.
+    path = _get(env, "PI_ON_FAILURE")
+    if path is not None and not os.path.isabs(path):
+        raise ConfigError("PI_ON_FAILURE is not an absolute path; accepted: the absolute path of a program")
+    return path
 
 
 def _spend_part(env: Mapping[str, str]) -> _SpendPart:

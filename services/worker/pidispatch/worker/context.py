@@ -18,6 +18,7 @@ from pidispatch.common.settings import Settings
 from pidispatch.common.streams import wire
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.worker.forge import MakeClient
+from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.runner import Abort
 
@@ -41,6 +42,8 @@ class WorkerContext:
     http: aiohttp.ClientSession | None = None
     # Each forge's client maker, by forge name: built once with ``http`` (a forge's token source lives here).
     forge_clients: Mapping[str, MakeClient] = field(default_factory=dict)
+    # The operator's failure hook (PI_ON_FAILURE); None when not configured.
+    hook: FailureHook | None = None
 
     @property
     def host(self) -> str:

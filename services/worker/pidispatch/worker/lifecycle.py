@@ -260,7 +260,9 @@ async def _after_record(
     terminal = {"state": outcome, "reason": reason or "", "endedAt": str(ctx.clock())}
     await _until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))
     log.info("job_finished", job=job.id, outcome=outcome, reason=reason, attempt=attempt)
-    # After the ack: a crash in between loses one comment rather than posting it twice.
+    # After the ack: a crash in between loses one comment (and one hook run) rather than giving two.
+    if ctx.hook is not None:
+        ctx.hook.fire(job.id, outcome, reason, ctx.host)
     text = answer_for(outcome, reason, local=job.is_local)
     if text is not None:
         await post_answer(ctx, job, text)

@@ -33,6 +33,7 @@ from pidispatch.forges.http import create_http
 from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.forge import start_forges
 from pidispatch.worker.history import run_log_sweeper
+from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.lifecycle import Hold, process
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.reaper import reap_strays
@@ -62,6 +63,8 @@ class Worker:
             caps=caps,
             mirror=mirror,
             forges=load_forge_config(env),  # validated now: a bad forge variable refuses the start (exit 2)
+            hook=FailureHook(settings.on_failure, settings.on_failure_timeout_ms, env)
+            if settings.on_failure else None,
         )
         self.consumer = settings.worker_name
         own = [keys.host_jobs(settings.worker_name)] if settings.worker_name_declared else []
@@ -105,6 +108,8 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             if not left:
                 await self.upkeep.remove_row()
+            if self.ctx.hook is not None:
+                await self.ctx.hook.drain(self.settings.on_failure_timeout_ms / 1000 + 3)
             await self.ctx.http.close()
 
     async def _ensure_groups(self) -> bool:
