@@ -6,6 +6,7 @@ The CLI runs in a thread (it calls asyncio.run) while the test plays the worker 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -185,6 +186,7 @@ async def test_status_counts_queued_running_delayed_dead_and_pauses(
     assert await run("status", "--json") == 0
     assert run.json() == {
         "paused": False, "pausedHosts": [], "queued": 0, "running": 0, "delayed": 0, "dead": 0, "hosts": [],
+        "heldByWindow": 0,
     }  # fmt: skip
 
     for i in range(4):
@@ -197,6 +199,8 @@ async def test_status_counts_queued_running_delayed_dead_and_pauses(
     await redis.sadd(keys.hosts, "mini1", "expired")
     await redis.hset(keys.host("mini1"), mapping={"name": "mini1"})
     await redis.zadd(keys.delayed, {"a": 1, "b": 2})
+    # "a" waits for a quiet-hours window that closes in an hour; "old" for one that closed.
+    await redis.zadd(keys.window_held, {"a": time.time() * 1000 + 3_600_000, "old": 1})
     await redis.xadd(keys.dead, {"source": keys.jobs, "reason": "malformed-job"})
     await redis.set(keys.paused, "1")
     await redis.set(keys.paused_host("mini2"), "1")
@@ -204,10 +208,11 @@ async def test_status_counts_queued_running_delayed_dead_and_pauses(
     assert await run("status", "--json") == 0
     assert run.json() == {
         "paused": True, "pausedHosts": ["mini2"], "queued": 4, "running": 1, "delayed": 2, "dead": 1,
-        "hosts": ["mini1"],
+        "hosts": ["mini1"], "heldByWindow": 1,
     }  # fmt: skip
 
     assert await run("status") == 0
     lines = run.out.splitlines()
     assert lines[0] == "paused   yes, every worker (paused hosts: mini2)"
     assert "queued   4" in lines and "hosts    mini1" in lines
+    assert "windowed 1 of the delayed wait for a quiet-hours window" in lines

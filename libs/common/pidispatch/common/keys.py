@@ -152,6 +152,11 @@ class Keys:
         return self._k("delayed")
 
     @property
+    def window_held(self) -> str:
+        """Jobs a quiet-hours window sent to ``delayed``, scored by when the window closes (for status)."""
+        return self._k("held", "window")
+
+    @property
     def dead(self) -> str:
         return self._k("dead")
 

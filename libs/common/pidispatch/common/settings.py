@@ -65,6 +65,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # An operator's program run after a job ends in failure (worker.hook), and how long it may take.
     on_failure: str | None = None
     on_failure_timeout_ms: int = 10_000
+    # Quiet hours (worker.pausewindows): a JSON file of windows in which no job starts.
+    pause_windows_file: str | None = None
 
     # Spend, checked before a container starts: job-count windows (None = window off) and the daily token cap.
     daily_cap: int = 25
@@ -178,6 +180,7 @@ class _UpkeepPart(TypedDict):
     sweep_interval_hours: int
     on_failure: str | None
     on_failure_timeout_ms: int
+    pause_windows_file: str | None
 
 
 class _SpendPart(TypedDict):
@@ -289,7 +292,13 @@ def _upkeep_part(env: Mapping[str, str]) -> _UpkeepPart:
         sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
         on_failure=_on_failure(env),
         on_failure_timeout_ms=_int(env, "PI_ON_FAILURE_TIMEOUT_MS", 10_000, 100, 600_000),
+        pause_windows_file=_expanded(env, "PI_PAUSE_WINDOWS_FILE"),
     )
+
+
+def _expanded(env: Mapping[str, str], name: str) -> str | None:
+    value = _get(env, name)
+    return None if value is None else os.path.expanduser(value)
 
 
 def _on_failure(env: Mapping[str, str]) -> str | None:

@@ -20,6 +20,7 @@ from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.worker.forge import MakeClient
 from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.mirror import Mirror
+from pidispatch.worker.pausewindows import PauseWindow
 from pidispatch.worker.runner import Abort
 
 
@@ -44,6 +45,8 @@ class WorkerContext:
     forge_clients: Mapping[str, MakeClient] = field(default_factory=dict)
     # The operator's failure hook (PI_ON_FAILURE); None when not configured.
     hook: FailureHook | None = None
+    # Quiet hours (PI_PAUSE_WINDOWS_FILE), swapped whole by the file's watcher.
+    pause_windows: tuple[PauseWindow, ...] = ()
 
     @property
     def host(self) -> str:

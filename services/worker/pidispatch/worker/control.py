@@ -36,6 +36,7 @@ from pidispatch.common.keys import (
 )
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.registry import host_streams
+from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
 from pidispatch.common.settings import Settings, load_settings
 
@@ -253,11 +254,12 @@ async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
         pipe.exists(keys.paused)
         pipe.zcard(keys.delayed)
         pipe.xlen(keys.dead)
-        *alive, paused, n_delayed, n_dead = await pipe.execute()
+        pipe.zcount(keys.window_held, f"({now_ms()}", "+inf")
+        *alive, paused, n_delayed, n_dead, n_windowed = await pipe.execute()
     live = [m for m, a in zip(members, alive, strict=True) if a]
     return {
         "paused": bool(paused), "pausedHosts": paused_hosts, "queued": queued, "running": running,
-        "delayed": int(n_delayed), "dead": int(n_dead), "hosts": live,
+        "delayed": int(n_delayed), "dead": int(n_dead), "hosts": live, "heldByWindow": int(n_windowed),
     }  # fmt: skip
 
 
@@ -269,6 +271,7 @@ def format_status(status: dict[str, Any]) -> str:
     rows = [
         ("paused", paused),
         *((name, str(status[name])) for name in ("queued", "running", "delayed", "dead")),
+        ("windowed", f"{status['heldByWindow']} of the delayed wait for a quiet-hours window"),
         ("hosts", ", ".join(status["hosts"]) or "none alive"),
     ]
     return "\n".join(f"{name:<8} {value}" for name, value in rows)

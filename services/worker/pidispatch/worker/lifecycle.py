@@ -30,6 +30,7 @@ from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
 from pidispatch.worker.outcome import AttemptOutcome, InfraFault
+from pidispatch.worker.pausewindows import pause_until
 from pidispatch.worker.runner import (
     ContainerGone,
     DockerUnavailable,
@@ -50,6 +51,9 @@ class Hold(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(type(cause).__name__)
         self.cause = cause
+
+
+WINDOW_SLACK_MS = 1_000
 
 
 async def process(ctx: WorkerContext, held: Held) -> None:
@@ -160,6 +164,8 @@ async def _reattach(
 
 
 async def _attempt(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
+    if ctx.pause_windows and await _held_by_window(ctx, held, job, attempt):
+        return
     folder = job.folder if job.is_local else None
     if folder is not None and folder in ctx.busy_folders:
         await _defer(ctx, held, job, attempt)  # one local job per folder at a time
@@ -283,6 +289,29 @@ async def _defer(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None
         ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
         stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=DEFER_MS,
     ))
+
+
+async def _held_by_window(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> bool:
+    """Inside a quiet-hours window: back to ``pd:delayed`` until it closes, using no attempt."""
+    now = ctx.clock()
+    until = pause_until(ctx.pause_windows, job, now)
+    if until is None or until - now <= WINDOW_SLACK_MS:  # closing within a second: just run
+        return False
+    get_logger().info("job_paused_by_window", job=job.id, until=until)
+    await _until_done(ctx, lambda: _note_window_hold(ctx, job.id, now, until))
+    await _until_done(ctx, lambda: delayed.schedule(
+        ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
+        stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=until - now,
+    ))
+    return True
+
+
+async def _note_window_hold(ctx: WorkerContext, job_id: str, now: int, until: int) -> None:
+    # For status only: members whose window closed are dropped as new ones come.
+    async with ctx.redis.pipeline(transaction=False) as pipe:
+        pipe.zremrangebyscore(ctx.keys.window_held, "-inf", now)
+        pipe.zadd(ctx.keys.window_held, {job_id: until})
+        await pipe.execute()
 
 
 async def _until_done(ctx: WorkerContext, step: Callable[[], Awaitable[object]]) -> None:

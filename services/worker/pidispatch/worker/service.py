@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from pidispatch.common.delayed import run_promoter
+from pidispatch.common.filewatch import watch_file
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
@@ -36,6 +37,7 @@ from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.lifecycle import Hold, process
 from pidispatch.worker.mirror import Mirror
+from pidispatch.worker.pausewindows import PauseWindow, load_windows
 from pidispatch.worker.reaper import reap_strays
 from pidispatch.worker.runner import DockerUnavailable
 from pidispatch.worker.upkeep import SlotKey, Upkeep
@@ -86,6 +88,9 @@ class Worker:
 
     async def run(self) -> None:
         await asyncio.to_thread(ensure_jobs_dir, self.settings.jobs_dir)
+        windows_file = self.settings.pause_windows_file
+        if windows_file is not None:  # a bad file refuses the start (exit 2); a bad edit keeps these
+            self.ctx.pause_windows = await asyncio.to_thread(load_windows, windows_file)
         if not await self._ensure_groups():
             return
         self.log.info(
@@ -101,6 +106,10 @@ class Worker:
             asyncio.create_task(run_promoter(self.redis, self.keys, self.stop)),
             asyncio.create_task(run_log_sweeper(self.settings, self.stop, self.ctx.clock)),
         ]
+        if windows_file is not None:
+            background.append(asyncio.create_task(watch_file(
+                windows_file, load_windows, self._swap_windows, self.stop, what="pause_windows",
+            )))
         try:
             await self._loop()
         finally:
@@ -111,6 +120,9 @@ class Worker:
             if self.ctx.hook is not None:
                 await self.ctx.hook.drain(self.settings.on_failure_timeout_ms / 1000 + 3)
             await self.ctx.http.close()
+
+    def _swap_windows(self, windows: tuple[PauseWindow, ...]) -> None:
+        self.ctx.pause_windows = windows
 
     async def _ensure_groups(self) -> bool:
         backoff = Backoff()
