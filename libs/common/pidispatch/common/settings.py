@@ -15,6 +15,7 @@ from typing import TypedDict
 import msgspec
 
 from pidispatch.common.configsyntax import parse_cpus, parse_job_user, parse_memory, parse_profiles
+from pidispatch.common.dollars import USD_ACCEPTED, usd_micros
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, WORKER_ONLY_SECRETS, is_reserved_name
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
@@ -69,6 +70,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     monthly_cap: int | None = None
     soft_hold_pct: int | None = None
     daily_token_cap: int | None = None
+    # Per-job dollar cap (PI_MAX_COST_USD) in micro-dollars; a trigger's run.maxCostUsd may only lower it.
+    max_cost_micros: int | None = None
 
     # What the agent runs with (passed to the container as PI_PROVIDER, PI_MODEL, PI_MAX_TURNS).
     provider: str = "anthropic"
@@ -181,6 +184,7 @@ class _SpendPart(TypedDict):
     monthly_cap: int | None
     soft_hold_pct: int | None
     daily_token_cap: int | None
+    max_cost_micros: int | None
 
 
 class _AgentPart(TypedDict):
@@ -292,7 +296,18 @@ def _spend_part(env: Mapping[str, str]) -> _SpendPart:
         monthly_cap=_optional_int(env, "PI_MONTHLY_CAP", 0, 100_000_000),
         soft_hold_pct=_optional_int(env, "PI_SOFT_HOLD_PCT", 1, 99),
         daily_token_cap=_optional_int(env, "PI_DAILY_TOKEN_CAP", 0, 10**15),
+        max_cost_micros=_usd(env, "PI_MAX_COST_USD"),
     )
+
+
+def _usd(env: Mapping[str, str], name: str) -> int | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    micros = usd_micros(raw)
+    if micros is None:
+        raise ConfigError(f"{name}={raw!r} is refused; accepted: {USD_ACCEPTED} such as 2.50")
+    return micros
 
 
 def _agent_part(env: Mapping[str, str]) -> _AgentPart:
