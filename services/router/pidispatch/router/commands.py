@@ -10,13 +10,21 @@ import sys
 from datetime import UTC, datetime
 
 import msgspec
+from redis.exceptions import AuthenticationError
 
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
-from pidispatch.common.redis import Redis, bounded, create_redis
+from pidispatch.common.redis import (
+    Redis,
+    auth_refused,
+    bounded,
+    check_redis_auth,
+    create_redis,
+    redis_location,
+)
 from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
@@ -56,8 +64,9 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     require_credentials(rules, forges)
     stop = stop_on_signals()
     http = create_http()
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     try:
+        await check_redis_auth(redis, settings.redis_url)
         sources = token_sources(forges, http)
         self_ids = await resolve_self_ids(forges, sources, http)
         for forge in (f.name for f in FORGES):
@@ -91,12 +100,15 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
 
 
 async def _with_redis(settings: Settings) -> Redis:
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
+    where = redis_location(settings.redis_url)
     try:
         await bounded(redis.ping(), 3)
+    except AuthenticationError:
+        await redis.aclose()
+        raise auth_refused(settings.redis_url) from None
     except Exception:
         await redis.aclose()
-        where = settings.redis_url.split("@")[-1]  # never print a password
         raise InfraError(f"Redis at REDIS_URL is not answering ({where})") from None
     return redis
 
@@ -221,7 +233,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
         "router",
         help="consume pd:events, match triggers.json, enqueue jobs",
-        description="Route verified forge events to jobs. Env: REDIS_URL, PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
+        description="Route verified forge events to jobs. Env: REDIS_URL, VALKEY_PASSWORD or REDIS_PASSWORD, "
+        "PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
         "forge credentials (GITHUB_AUTH_SOURCE, GITLAB_TOKEN, FORGEJO_TOKEN, AZURE_TOKEN, ...), "
         "PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, PD_MAX_DELIVERIES, "
         "PD_EVENTS_MAXLEN.",
