@@ -31,8 +31,9 @@ from pidispatch.common.settings import Settings, load_settings
 from pidispatch.forges import FORGES
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.router import events, pipeline
+from pidispatch.router import decisions, events, pipeline
 from pidispatch.router.authority import Authority
+from pidispatch.router.explain import stored_line
 from pidispatch.router.forge import token_sources
 from pidispatch.router.identity import explicit_self_ids, resolve_self_ids
 from pidispatch.router.lookup import Question, Verdict
@@ -154,18 +155,25 @@ async def _stored(args: argparse.Namespace) -> tuple[Settings, Redis, str, Event
 
 
 async def explain_command(args: argparse.Namespace) -> int:
-    """Re-run the match on the stored event against the current triggers file; changes nothing and
-    asks no forge (a rule that needs the actor's authority says so)."""
-    settings, redis, _entry, event = await _stored(args)
-    await redis.aclose()
+    """The decision the router stored for the delivery, then a re-run of the match on the stored event
+    against the current triggers file; changes nothing and asks no forge (a rule that needs the actor's
+    authority says so)."""
+    settings, redis, entry, event = await _stored(args)
+    try:
+        stored = await decisions.read(redis, Keys(settings.key_prefix), event.forge, event.delivery, entry)
+    finally:
+        await redis.aclose()
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
     self_ids = explicit_self_ids(load_forge_config())
     authorized = {"yes": True, "no": False}.get(args.assume_authorized)
     try:
         explanation = pipeline.explain(event, rules, self_ids, authorized)
     except MalformedPayload as exc:
+        if stored is not None and not args.json:
+            print(stored_line(stored))
         print(f"delivery {args.delivery}: the stored body does not have the forge's shape ({exc})")
         return 1
+    explanation = msgspec.structs.replace(explanation, stored=stored)
     if args.json:
         sys.stdout.write(msgspec.json.encode(explanation).decode() + "\n")
     else:
@@ -246,7 +254,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ev.add_argument("--json", action="store_true", help="one JSON array for scripts")
     ev.set_defaults(func=events_command)
 
-    ex = sub.add_parser("explain", help="why a delivery did or did not fire (changes nothing)")
+    ex = sub.add_parser("explain", help="what the router decided for a delivery, then what today's rules "
+                                        "would do (changes nothing)")
     ex.add_argument("delivery")
     ex.add_argument("--forge", choices=events.FORGES)
     ex.add_argument("--assume-authorized", choices=("yes", "no"),
