@@ -14,7 +14,7 @@ from pidispatch.common.configsyntax import url_carries_password
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.redis import check_redis_auth, create_redis, redis_location
 from pidispatch.common.secret import Secret
-from pidispatch.common.settings import load_settings
+from pidispatch.common.settings import load_settings, parse_forward_env
 from pidispatch.worker.control import redis_settings
 from tests.support.processes import RedisProcess
 from tests.unit.test_source_rules import SOURCES
@@ -59,6 +59,12 @@ def test_a_url_without_a_password_takes_the_variable() -> None:
     for url in ("redis://h:6379/0", "redis://user@h/0", "redis://:@h/0", "unix:///run/redis.sock?db=1"):
         assert not url_carries_password(url)
         assert load_settings({"REDIS_URL": url, "VALKEY_PASSWORD": PW}).redis_password == Secret(PW)
+
+
+def test_neither_password_variable_may_be_forwarded_into_a_job() -> None:
+    for name in ("VALKEY_PASSWORD", "REDIS_PASSWORD"):
+        with pytest.raises(ConfigError, match=f"PI_FORWARD_ENV may not forward {name}"):
+            parse_forward_env(name)
 
 
 def test_a_location_in_a_message_holds_neither_user_information_nor_query() -> None:
