@@ -12,6 +12,8 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
+from pidispatch.router import decisions
+from pidispatch.router.decisions import RouteOutcome
 from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
@@ -61,13 +63,18 @@ async def test_events_explain_and_replay_after_fixing_the_triggers_file(
 
         why = cli(base_env, "explain", delivery)
         assert why.returncode == 0, why.stderr
-        assert "outcome: dropped, reason no-allowlisted-label" in why.stdout
+        stored, today = why.stdout.splitlines()[1:3]
+        assert stored.startswith("stored decision (")
+        assert stored.endswith("): dropped, reason no-allowlisted-label")
+        assert today == "today's rules would: drop it, reason no-allowlisted-label"
         assert "Spelling error" not in why.stdout  # the issue's title stays out
 
         # The operator fixes the file; the running router hot-reloads it; replay re-decides the event.
         triggers.write_text(json.dumps({"triggers": [BUG_RULE]}))
         await wait_for(lambda: router.logged("triggers_reloaded"), timeout=10, what="the reload")
-        assert f"outcome: fires rule #0, job(s) gh-{delivery}" in cli(base_env, "explain", delivery).stdout
+        # What was stored still comes first: today's rules are labelled as such.
+        stored_then_today = cli(base_env, "explain", delivery).stdout.splitlines()[1:3]
+        assert stored_then_today == [stored, f"today's rules would: fire rule #0, job(s) gh-{delivery}"]
         replayed = cli(base_env, "replay", delivery)
         assert replayed.returncode == 0, replayed.stderr
 
@@ -91,3 +98,36 @@ def test_explain_of_an_unknown_delivery_says_so_and_exits_1(base_env: dict[str, 
     result = cli(base_env, "explain", "no-such-delivery")
     assert result.returncode == 1
     assert "no-such-delivery" in result.stderr and "not in the stored events" in result.stderr
+
+
+async def test_explain_says_the_stored_deduplicated_decision_before_what_todays_rules_would_do(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    """Today's rules fire for this delivery, but the router found its work already carried by another
+    delivery's job: explain must not let the re-run read as what happened."""
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
+    delivery = await append(redis, keys)
+    [(entry, _)] = await redis.xrange(keys.events, count=1)
+    survivor = f"gh-{uuid.uuid4()}"
+    async with redis.pipeline(transaction=True) as pipe:
+        decided = RouteOutcome("deduplicated", jobs=(survivor,), trigger=0)
+        decisions.record(pipe, keys, "github", delivery, entry.decode(), decided, 1_767_323_045_000)
+        await pipe.execute()
+
+    why = cli(base_env, "explain", delivery)
+    assert why.returncode == 0, why.stderr
+    assert why.stdout.splitlines()[:3] == [
+        f"delivery {delivery}: forge github, event issues, action labeled",
+        f"stored decision (2026-01-02 03:04:05 UTC): deduplicated by rule #0: no job of its own, the "
+        f"surviving job(s) {survivor} carry it",
+        f"today's rules would: fire rule #0, job(s) gh-{delivery}",
+    ]
+    as_json = json.loads(cli(base_env, "explain", delivery, "--json").stdout)
+    assert as_json["stored"]["outcome"] == "deduplicated" and as_json["stored"]["jobs"] == [survivor]
+    assert as_json["outcome"] == "fire"  # the re-run, beside the stored decision
+
+    # A delivery the router has not decided shows only the re-run, labelled.
+    undecided = await append(redis, keys)
+    lines = cli(base_env, "explain", undecided).stdout.splitlines()
+    assert lines[1] == f"today's rules would: fire rule #0, job(s) gh-{undecided}"
+    assert not any(line.startswith("stored") for line in lines)

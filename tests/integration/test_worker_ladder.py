@@ -77,6 +77,39 @@ async def test_an_image_that_excludes_the_forge_is_refused_before_any_spend(
     assert await redis.exists(today_budget(keys)) == 0
 
 
+async def test_the_container_gets_the_lower_of_the_deployment_and_trigger_dollar_caps(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    tag = f"pd-test-cost-cap-{uuid.uuid4().hex[:8]}:latest"
+    await build_image(tag, TEST_AGENT_SCRIPT, docker, labels={CAPABILITIES_LABEL: "anyUid,costCap"})
+    job = msgspec.structs.replace(issue_job("exit=0 sleep=3"), max_cost_usd="0.1")
+    capped = {**env, "PI_JOB_IMAGE": tag, "PI_MAX_COST_USD": "2"}
+    try:
+        with capture_logs() as logs:
+            async with running_worker(capped, redis, keys, docker) as (settings, _, _):
+                await enqueue(redis, keys, job)
+                await wait_for(lambda: events(logs, "job_started"), 60, what="the container")
+                info = await (await job_containers(docker, job))[0].show()
+                rec = await record(settings, job)
+    finally:
+        await docker.images.delete(tag, force=True)
+    assert [e for e in info["Config"]["Env"] if e.startswith("PI_MAX_COST")] == ["PI_MAX_COST_MICROS=100000"]
+    assert rec["outcome"] == "completed"
+
+
+async def test_a_deployment_dollar_cap_alone_refuses_an_image_without_the_capability_before_spend(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    job = issue_job("exit=0")
+    async with running_worker({**env, "PI_MAX_COST_USD": "2"}, redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, job)
+        rec = await record(settings, job)
+    assert (rec["outcome"], rec["reason"], rec["budgetReserved"]) == (
+        "policy", "job-image-cost-cap-unsupported", False
+    )
+    assert await redis.exists(today_budget(keys)) == 0
+
+
 async def test_infra_failure_is_retried_once_through_delayed_then_recorded_failed(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
 ) -> None:

@@ -20,10 +20,14 @@ from pidispatch.common.embedded import find_redis_server, free_port, redis_serve
 class RedisProcess:
     """A real redis-server a test owns, so it can stop, kill and restart it."""
 
-    def __init__(self, data_dir: Path, *, persist: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, persist: bool = False, port: int | None = None,
+        requirepass: str | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.persist = persist
         self.port = port or free_port()
+        self.requirepass = requirepass  # a server that refuses every command until AUTH with this password
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -33,8 +37,10 @@ class RedisProcess:
     def start(self, timeout: float = 10.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = redis_server_argv(find_redis_server(), self.port, self.data_dir, persist=self.persist)
+        if self.requirepass is not None:
+            argv += ["--requirepass", self.requirepass]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = sync_redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = sync_redis.Redis(port=self.port, socket_connect_timeout=0.2, password=self.requirepass)
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import Event
+from pidispatch.router.decisions import Decided
 from pidispatch.router.explain import Explanation, RuleEntry
 from pidispatch.router.lookup import SelfIds
 from pidispatch.router.match.predicate import Predicate
@@ -88,7 +89,8 @@ def test_a_fired_delivery_names_its_rule_jobs_and_every_other_rule() -> None:
     assert (rules[5].why, rules[5].forge) == ("other-forge", "gitlab")
     assert (rules[6].type, rules[6].why) == ("disarmed", "disarmed")
     text = rendered(e)
-    assert "fires rule #2" in text and "#2 label (github): MATCH" in text
+    assert e.lines()[1] == f"today's rules would: fire rule #2, job(s) gh-{DELIVERY}-r1, gh-{DELIVERY}-r2"
+    assert "#2 label (github): MATCH" in text
     for secret in payload_text(p):
         assert secret not in text
 
@@ -98,7 +100,7 @@ def test_a_dropped_delivery_says_which_clause_failed_and_why_it_dropped() -> Non
     e = explain(github("issues", p), RULES, SELF)
     assert (e.outcome, e.reason, e.trigger, e.jobs) == ("drop", "no-allowlisted-label", None, ())
     assert by_index(e)[2].why == "has-none-label"
-    assert "dropped, reason no-allowlisted-label" in e.lines()[1]
+    assert e.lines()[1] == "today's rules would: drop it, reason no-allowlisted-label"
     for secret in payload_text(p):
         assert secret not in rendered(e)
 
@@ -133,7 +135,8 @@ def test_an_ask_case_says_it_would_fire_if_allowed_and_asks_nobody() -> None:
     assert (e.outcome, e.needs_authority, e.verdict, e.trigger, e.jobs) == ("ask", True, None, 5, ())
     assert by_index(e)[5].matched
     text = rendered(e)
-    assert "would fire rule #5" in text and "authority: needed, not asked" in text
+    assert "today's rules would: fire rule #5 if the forge says the actor is allowed" in text
+    assert "authority: needed, not asked" in text
     assert LOGIN not in text and "@pi go" not in text
 
 
@@ -169,3 +172,40 @@ def test_an_empty_file_renders() -> None:
                   known_flows=frozenset(), count=0)
     e = explain(github("issues", labeled()), empty, SELF)
     assert e.rules == () and "(the file has no rules)" in e.lines()[-1]
+
+
+# ---- the stored decision, said before today's re-run --------------------------------------------------
+
+AT = 1_767_323_045_000  # 2026-01-02 03:04:05 UTC
+SURVIVOR = "gh-0f0f0f0f-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    ("stored", "line"),
+    [
+        (Decided("queued", "", [f"gh-{DELIVERY}"], 2, AT, "1-0"),
+         f"stored decision (2026-01-02 03:04:05 UTC): queued by rule #2, job(s) gh-{DELIVERY}"),
+        (Decided("deduplicated", "", [SURVIVOR], 2, AT, "1-0"),
+         f"stored decision (2026-01-02 03:04:05 UTC): deduplicated by rule #2: no job of its own, the "
+         f"surviving job(s) {SURVIVOR} carry it"),
+        (Decided("dropped", "no-allowlisted-label", [], None, AT, "1-0"),
+         "stored decision (2026-01-02 03:04:05 UTC): dropped, reason no-allowlisted-label"),
+        (Decided("pending", "lookup-failed:timeout", [], None, AT, "1-0"),
+         "stored decision (2026-01-02 03:04:05 UTC): pending, reason lookup-failed:timeout (the router "
+         "tries it again)"),
+        (Decided("dead", "max-deliveries", [], None, AT, "1-0"),
+         "stored decision: dead, reason max-deliveries (parked after repeated failures)"),
+    ],
+)
+def test_a_decided_delivery_shows_its_stored_decision_before_todays_rules(stored: Decided, line: str) -> None:
+    today = explain(github("issues", labeled()), RULES, SELF)
+    e = msgspec.structs.replace(today, stored=stored)
+    fires = f"today's rules would: fire rule #2, job(s) gh-{DELIVERY}-r1, gh-{DELIVERY}-r2"
+    assert e.lines()[1:3] == [line, fires]
+    assert msgspec.json.decode(msgspec.json.encode(e), type=Explanation).stored == stored
+
+
+def test_an_undecided_delivery_shows_only_todays_rules_labelled() -> None:
+    e = explain(github("issues", labeled(("wontfix",))), RULES, SELF)
+    assert e.stored is None and not any(line.startswith("stored") for line in e.lines())
+    assert e.lines()[1] == "today's rules would: drop it, reason no-allowlisted-label"

@@ -1,4 +1,5 @@
-"""The syntax of the compound values in settings: secret-profile lists, sizes, CPU counts and uid:gid.
+"""The syntax of the compound values in settings: secret-profile lists, sizes, CPU counts, uid:gid, dollar
+amounts and whether a Redis URL carries a password.
 
 Kept apart from the loader in ``settings``, which reads the environment: these only turn text into a value,
 or raise ``ConfigError`` naming the variable and what is accepted.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import parse_qs, urlsplit
 
+from pidispatch.common.dollars import USD_ACCEPTED, usd_micros
 from pidispatch.common.errors import ConfigError
 
 JOB_USER_RE = re.compile(r"^([0-9]+):([0-9]+)$")
@@ -65,3 +68,21 @@ def parse_job_user(raw: str) -> str:
         )
     return raw
 
+
+
+def parse_usd(name: str, raw: str) -> int:
+    """A dollar amount in exact micro-dollars (``0.1`` is 100000, never a float's neighbour)."""
+    micros = usd_micros(raw)
+    if micros is None:
+        raise ConfigError(f"{name}={raw!r} is refused; accepted: {USD_ACCEPTED} such as 2.50")
+    return micros
+
+
+def url_carries_password(url: str) -> bool:
+    """Whether the Redis client would take a password from ``url``: in its user information or as a
+    ``password=`` query parameter (the client reads both; empty counts as none, as it does there)."""
+    try:
+        parts = urlsplit(url)
+        return bool(parts.password) or bool(parse_qs(parts.query).get("password"))
+    except ValueError:  # a malformed address: the client refuses it when it connects
+        return False

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pidispatch.common.embedded import find_redis_cli, find_redis_server, free_port, redis_server_argv
+from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import load_settings
@@ -91,6 +92,9 @@ async def dev(args: argparse.Namespace) -> int:
         await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
         if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
             redis_proc, env["REDIS_URL"] = await _start_redis(state / "redis")
+            # The private server has no password: one meant for the operator's own Redis would be refused.
+            for name in REDIS_PASSWORD_VARS:
+                env.pop(name, None)
         env = await asyncio.to_thread(_prepare_env, state, env)
         if not standin.credentials_set(env):
             # The demo forge is not configured: the demo rule's jobs clone demo/hello from a stand-in.

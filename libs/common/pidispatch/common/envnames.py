@@ -14,10 +14,12 @@ FORGE_HOST_VARS = ("GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL")
 EGRESS_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")
 # Deleted from every container env last: a runner-internal name set from outside would steer the runner.
 RUNNER_INTERNAL_VARS = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
+# The Redis password for a URL without one, in the order they are read (the first set one wins).
+REDIS_PASSWORD_VARS = ("VALKEY_PASSWORD", "REDIS_PASSWORD")
 # Worker-side secrets that must never be forwarded into a job.
 WORKER_ONLY_SECRETS = (
     "WEBHOOK_SECRET", "GITHUB_APP_PRIVATE_KEY", "GITHUB_APP_PRIVATE_KEY_PATH", "GITHUB_PAT",
-    "VALKEY_PASSWORD", "REDIS_URL", "VALKEY_URL", "GITLAB_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET",
+    *REDIS_PASSWORD_VARS, "REDIS_URL", "VALKEY_URL", "GITLAB_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET",
     "AZURE_WEBHOOK_SECRET", "AZURE_TOKEN",
 )
 

@@ -14,10 +14,23 @@ from typing import TypedDict
 
 import msgspec
 
-from pidispatch.common.configsyntax import parse_cpus, parse_job_user, parse_memory, parse_profiles
-from pidispatch.common.envnames import FORGE_TOKEN_VARS, WORKER_ONLY_SECRETS, is_reserved_name
+from pidispatch.common.configsyntax import (
+    parse_cpus,
+    parse_job_user,
+    parse_memory,
+    parse_profiles,
+    parse_usd,
+    url_carries_password,
+)
+from pidispatch.common.envnames import (
+    FORGE_TOKEN_VARS,
+    REDIS_PASSWORD_VARS,
+    WORKER_ONLY_SECRETS,
+    is_reserved_name,
+)
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
+from pidispatch.common.secret import Secret
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -27,6 +40,8 @@ MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # VALKEY_PASSWORD / REDIS_PASSWORD, for a URL that carries none; prints as Secret(***).
+    redis_password: Secret[str] | None = None
     key_prefix: str = "pd"
     log_level: str = "info"
     events_maxlen: int = 10_000
@@ -74,6 +89,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     monthly_cap: int | None = None
     soft_hold_pct: int | None = None
     daily_token_cap: int | None = None
+    # Per-job dollar cap (PI_MAX_COST_USD) in micro-dollars; a trigger's run.maxCostUsd may only lower it.
+    max_cost_micros: int | None = None
 
     # What the agent runs with (passed to the container as PI_PROVIDER, PI_MODEL, PI_MAX_TURNS).
     provider: str = "anthropic"
@@ -139,6 +156,7 @@ def default_jobs_dir() -> str:
 
 class _StorePart(TypedDict):
     redis_url: str
+    redis_password: Secret[str] | None
     key_prefix: str
     events_maxlen: int
     claim_idle_ms: int
@@ -189,6 +207,7 @@ class _SpendPart(TypedDict):
     monthly_cap: int | None
     soft_hold_pct: int | None
     daily_token_cap: int | None
+    max_cost_micros: int | None
 
 
 class _AgentPart(TypedDict):
@@ -212,11 +231,28 @@ def _store_part(env: Mapping[str, str]) -> _StorePart:
         raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
     return _StorePart(
         redis_url=redis_url,
+        redis_password=_redis_password(env, redis_url),
         key_prefix=prefix,
         events_maxlen=_int(env, "PD_EVENTS_MAXLEN", 10_000, 100, 10_000_000),
         claim_idle_ms=_int(env, "PD_CLAIM_IDLE_MS", 60_000, 100, 24 * 3600 * 1000),
         max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),
     )
+
+
+def _redis_password(env: Mapping[str, str], redis_url: str) -> Secret[str] | None:
+    """The first of ``VALKEY_PASSWORD``, ``REDIS_PASSWORD`` that is not blank, taken as written (a password
+    may hold spaces). Beside a URL that carries a password too it is refused: neither would be sure to win."""
+    for name in REDIS_PASSWORD_VARS:
+        value = env.get(name)
+        if value is None or not value.strip():
+            continue
+        if url_carries_password(redis_url):
+            url_var = "REDIS_URL" if _get(env, "REDIS_URL") else "VALKEY_URL"
+            raise ConfigError(
+                f"{url_var} carries a password and {name} is set too; accepted: the password in one of them"
+            )
+        return Secret(value)
+    return None
 
 
 def _log_level(env: Mapping[str, str]) -> str:
@@ -310,12 +346,14 @@ def _on_failure(env: Mapping[str, str]) -> str | None:
 
 
 def _spend_part(env: Mapping[str, str]) -> _SpendPart:
+    max_cost = _get(env, "PI_MAX_COST_USD")
     return _SpendPart(
         daily_cap=_int(env, "PI_DAILY_CAP", 25, 0, 1_000_000),
         weekly_cap=_optional_int(env, "PI_WEEKLY_CAP", 0, 10_000_000),
         monthly_cap=_optional_int(env, "PI_MONTHLY_CAP", 0, 100_000_000),
         soft_hold_pct=_optional_int(env, "PI_SOFT_HOLD_PCT", 1, 99),
         daily_token_cap=_optional_int(env, "PI_DAILY_TOKEN_CAP", 0, 10**15),
+        max_cost_micros=None if max_cost is None else parse_usd("PI_MAX_COST_USD", max_cost),
     )
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import RECEIVER_HEADER_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.redis import create_redis
+from pidispatch.common.redis import check_redis_auth, create_redis
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings
 from pidispatch.receiver.app import RECEIVER, create_app
@@ -36,8 +36,9 @@ async def serve(settings: Settings, config: ReceiverConfig, spool_config: SpoolC
     log = get_logger()
     stop = stop_on_signals()
     spool = await asyncio.to_thread(Spool.open, Path(spool_config.directory), spool_config.max_bytes)
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     try:
+        await check_redis_auth(redis, settings.redis_url)
         app = create_app(settings, redis, Keys(settings.key_prefix), now_ms, config, spool)
         # aiohttp's keep-alive timer also runs from the connection's start until its request headers are
         # in, so it is the header deadline as well as the idle limit.

@@ -10,21 +10,30 @@ import sys
 from datetime import UTC, datetime
 
 import msgspec
+from redis.exceptions import AuthenticationError
 
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
-from pidispatch.common.redis import Redis, bounded, create_redis
+from pidispatch.common.redis import (
+    Redis,
+    auth_refused,
+    bounded,
+    check_redis_auth,
+    create_redis,
+    redis_location,
+)
 from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.forges import FORGES
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.router import events, pipeline
+from pidispatch.router import decisions, events, pipeline
 from pidispatch.router.authority import Authority
+from pidispatch.router.explain import stored_line
 from pidispatch.router.forge import token_sources
 from pidispatch.router.identity import explicit_self_ids, resolve_self_ids
 from pidispatch.router.lookup import Question, Verdict
@@ -56,8 +65,9 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     require_credentials(rules, forges)
     stop = stop_on_signals()
     http = create_http()
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     try:
+        await check_redis_auth(redis, settings.redis_url)
         sources = token_sources(forges, http)
         self_ids = await resolve_self_ids(forges, sources, http)
         for forge in (f.name for f in FORGES):
@@ -91,12 +101,15 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
 
 
 async def _with_redis(settings: Settings) -> Redis:
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
+    where = redis_location(settings.redis_url)
     try:
         await bounded(redis.ping(), 3)
+    except AuthenticationError:
+        await redis.aclose()
+        raise auth_refused(settings.redis_url) from None
     except Exception:
         await redis.aclose()
-        where = settings.redis_url.split("@")[-1]  # never print a password
         raise InfraError(f"Redis at REDIS_URL is not answering ({where})") from None
     return redis
 
@@ -142,18 +155,25 @@ async def _stored(args: argparse.Namespace) -> tuple[Settings, Redis, str, Event
 
 
 async def explain_command(args: argparse.Namespace) -> int:
-    """Re-run the match on the stored event against the current triggers file; changes nothing and
-    asks no forge (a rule that needs the actor's authority says so)."""
-    settings, redis, _entry, event = await _stored(args)
-    await redis.aclose()
+    """The decision the router stored for the delivery, then a re-run of the match on the stored event
+    against the current triggers file; changes nothing and asks no forge (a rule that needs the actor's
+    authority says so)."""
+    settings, redis, entry, event = await _stored(args)
+    try:
+        stored = await decisions.read(redis, Keys(settings.key_prefix), event.forge, event.delivery, entry)
+    finally:
+        await redis.aclose()
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
     self_ids = explicit_self_ids(load_forge_config())
     authorized = {"yes": True, "no": False}.get(args.assume_authorized)
     try:
         explanation = pipeline.explain(event, rules, self_ids, authorized)
     except MalformedPayload as exc:
+        if stored is not None and not args.json:
+            print(stored_line(stored))
         print(f"delivery {args.delivery}: the stored body does not have the forge's shape ({exc})")
         return 1
+    explanation = msgspec.structs.replace(explanation, stored=stored)
     if args.json:
         sys.stdout.write(msgspec.json.encode(explanation).decode() + "\n")
     else:
@@ -221,7 +241,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser(
         "router",
         help="consume pd:events, match triggers.json, enqueue jobs",
-        description="Route verified forge events to jobs. Env: REDIS_URL, PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
+        description="Route verified forge events to jobs. Env: REDIS_URL, VALKEY_PASSWORD or REDIS_PASSWORD, "
+        "PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
         "forge credentials (GITHUB_AUTH_SOURCE, GITLAB_TOKEN, FORGEJO_TOKEN, AZURE_TOKEN, ...), "
         "PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, PD_MAX_DELIVERIES, "
         "PD_EVENTS_MAXLEN.",
@@ -233,7 +254,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ev.add_argument("--json", action="store_true", help="one JSON array for scripts")
     ev.set_defaults(func=events_command)
 
-    ex = sub.add_parser("explain", help="why a delivery did or did not fire (changes nothing)")
+    ex = sub.add_parser("explain", help="what the router decided for a delivery, then what today's rules "
+                                        "would do (changes nothing)")
     ex.add_argument("delivery")
     ex.add_argument("--forge", choices=events.FORGES)
     ex.add_argument("--assume-authorized", choices=("yes", "no"),

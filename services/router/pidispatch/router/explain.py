@@ -1,5 +1,6 @@
 """Why a delivery did or did not fire: the ``Explanation`` value, the ``Trace`` the filters fill while
-they decide, and the rendering for ``pi-dispatch explain``.
+they decide, and the rendering for ``pi-dispatch explain``: the decision the router stored first, then
+what today's rules would do (the file may have changed since, and dedup is not re-run).
 
 The filters write to the trace as they walk their rules, so the explanation is the decision itself, not
 a second derivation that could drift from it. Nothing here carries payload text: event and action words
@@ -9,11 +10,13 @@ are shown only when they look like forge vocabulary, and "why" is a fixed token.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Literal
 
 import msgspec
 
 from pidispatch import forges
+from pidispatch.router.decisions import Decided
 from pidispatch.router.rules import Rules
 
 FORGES = forges.names()
@@ -111,16 +114,22 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     jobs: tuple[str, ...]  # job ids after replica fan-out
     routes: tuple[str, ...]
     rules: tuple[RuleEntry, ...]
+    # What the router recorded for this delivery; None when it has not decided it (or the record expired).
+    # Every field above is today's re-run, which can differ: the file may have changed, dedup is not re-run.
+    stored: Decided | None = None
 
     def lines(self) -> list[str]:
         out = [f"delivery {self.delivery}: forge {self.forge}, event {self.event}, "
                f"action {self.action if self.action is not None else '-'}"]
+        if self.stored is not None:
+            out.append(stored_line(self.stored))
         if self.outcome == "fire":
-            out.append(f"outcome: fires rule #{self.trigger}, job(s) {', '.join(self.jobs)}")
+            today = f"fire rule #{self.trigger}, job(s) {', '.join(self.jobs)}"
         elif self.outcome == "ask":
-            out.append(f"outcome: would fire rule #{self.trigger} if the forge says the actor is allowed")
+            today = f"fire rule #{self.trigger} if the forge says the actor is allowed"
         else:
-            out.append(f"outcome: dropped, reason {self.reason}")
+            today = f"drop it, reason {self.reason}"
+        out.append(f"today's rules would: {today}")
         if not self.needs_authority:
             out.append("authority: no forge lookup needed")
         elif self.verdict is None:
@@ -136,6 +145,32 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
         if not self.rules:
             out.append("  (the file has no rules)")
         return out
+
+
+def stored_line(d: Decided) -> str:
+    """The router's recorded decision in one line: ids and tokens only, as the record holds nothing else."""
+    jobs = ", ".join(d.jobs) or "-"
+    rule = f" by rule #{d.trigger}" if d.trigger is not None else ""
+    if d.outcome == "queued":
+        what = f"queued{rule}, job(s) {jobs}"
+    elif d.outcome == "deduplicated":
+        what = f"deduplicated{rule}: no job of its own, the surviving job(s) {jobs} carry it"
+    elif d.outcome == "dropped":
+        what = f"dropped, reason {d.reason}"
+    elif d.outcome == "pending":
+        what = f"pending, reason {d.reason or '-'} (the router tries it again)"
+    elif d.outcome == "dead":
+        # A dead record keeps the time of the entry's earlier pending decision, not of its parking.
+        return f"stored decision: dead, reason {d.reason or '-'} (parked after repeated failures)"
+    else:
+        what = f"{safe_word(d.outcome) or '?'}, reason {d.reason or '-'}"
+    return f"stored decision{_at(d.decided_at)}: {what}"
+
+
+def _at(ms: int | None) -> str:
+    if not ms:
+        return ""
+    return " (" + datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") + " UTC)"
 
 
 def safe_word(value: object) -> str | None:

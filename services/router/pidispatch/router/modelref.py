@@ -6,9 +6,9 @@ always meant the deployment default). Refusals name the field, never the value.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from typing import Any
 
+from pidispatch.common.dollars import USD_ACCEPTED, usd_micros
 from pidispatch.common.models import MODEL_RE
 from pidispatch.router.refusal import JS_MAX_SAFE_INTEGER, TriggerEntry, integer
 
@@ -18,10 +18,6 @@ PROVIDER_RE = re.compile(r"(?=.{1,64}$)[a-z0-9][a-z0-9._-]*", re.ASCII)
 # becomes a plain "k"), so a homoglyph would otherwise pass and name a model nobody listed.
 _PRINTABLE_ASCII_RE = re.compile(r"[\x21-\x7e]+")
 MODELS_MAX = 16
-# A plain decimal: no sign, exponent, leading zero or whitespace; at most 7 integer digits, 6 decimals.
-_USD_RE = re.compile(r"(0|[1-9][0-9]{0,6})(\.[0-9]{1,6})?")
-MICROS_PER_USD = 1_000_000
-MAX_USD_MICROS = 1_000_000 * MICROS_PER_USD
 
 PROVIDER_ACCEPTED = ("a provider id of 1 to 64 characters: letters, digits, dot, dash and underscore, "
                      "starting with a letter or digit")
@@ -65,28 +61,6 @@ def models_problem(models: Any) -> str | None:
     return None
 
 
-def usd_micros(value: Any) -> int | None:
-    """A dollar amount in integer micro-dollars, or None when refused.
-
-    A string is read as written. A number is read by the decimal it denotes (JSON already turned the
-    operator's characters into a float): ``1e2`` is 100, ``1e-7`` has seven decimals and is refused.
-    """
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, int) and not isinstance(value, bool):
-        text = str(value)
-    elif isinstance(value, float):
-        text = format(Decimal(repr(value)), "f")
-    else:
-        return None
-    match = _USD_RE.fullmatch(text)
-    if match is None:
-        return None
-    fraction = (match.group(2) or ".")[1:].ljust(6, "0")
-    micros = int(match.group(1)) * MICROS_PER_USD + int(fraction)
-    return micros if 0 < micros <= MAX_USD_MICROS else None
-
-
 def model_fields(e: TriggerEntry) -> dict[str, Any]:
     """The five fields that are set (not absent, not null), validated, under their ``RunSpec`` names."""
     run, out = e.run, {}
@@ -115,8 +89,7 @@ def model_fields(e: TriggerEntry) -> dict[str, Any]:
         out["models"] = tuple(run["models"])
     if run.get("maxCostUsd") is not None:
         if usd_micros(run["maxCostUsd"]) is None:
-            e.fail("run.maxCostUsd", "must be a dollar amount above 0 and at most 1000000 with at most 6 "
-                                     "decimals, written as a plain decimal (a string or a number)")
+            e.fail("run.maxCostUsd", f"must be {USD_ACCEPTED} (a string or a number)")
         # Carried as written: the worker parses the same text, so the two cannot disagree on rounding.
         out["max_cost_usd"] = run["maxCostUsd"]
     return out

@@ -51,7 +51,7 @@ async def worker_main() -> int:
 
     from pidispatch.common.keys import Keys
     from pidispatch.common.log import configure_logging
-    from pidispatch.common.redis import create_redis
+    from pidispatch.common.redis import check_redis_auth, create_redis
     from pidispatch.common.runtime import now_ms, stop_on_signals
     from pidispatch.common.settings import load_settings
     from pidispatch.worker.service import run_worker
@@ -60,9 +60,10 @@ async def worker_main() -> int:
     configure_logging("worker", settings.log_level)
     structlog.contextvars.bind_contextvars(host=settings.worker_name)
     stop = stop_on_signals()
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     docker = create_docker()
     try:
+        await check_redis_auth(redis, settings.redis_url)
         await run_worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms)
     finally:
         await docker.close()
@@ -88,9 +89,11 @@ async def pause_command(args: argparse.Namespace) -> int:
     until someone resumes, across restarts of Redis (with persistence) and of the workers."""
     import json
 
+    from redis.exceptions import AuthenticationError
+
     from pidispatch.common.errors import ConfigError, InfraError
     from pidispatch.common.keys import Keys
-    from pidispatch.common.redis import create_redis
+    from pidispatch.common.redis import auth_refused, create_redis
     from pidispatch.common.settings import WORKER_NAME_RE, load_settings
 
     settings = load_settings()
@@ -98,13 +101,15 @@ async def pause_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--host {args.host!r} is not a worker name; accepted: 1-64 of [A-Za-z0-9._-]")
     keys = Keys(settings.key_prefix)
     key = keys.paused_host(args.host) if args.host else keys.paused
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     try:
         if args.paused:
             await redis.set(key, "1")
         else:
             await redis.delete(key)
         fleet_paused = bool(await redis.exists(keys.paused))
+    except AuthenticationError:
+        raise auth_refused(settings.redis_url) from None
     except Exception as exc:
         raise InfraError(
             f"Redis at REDIS_URL did not answer ({type(exc).__name__}); nothing changed"

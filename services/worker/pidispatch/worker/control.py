@@ -21,10 +21,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError
 from redis.typing import EncodableT
 
 from pidispatch.common.delayed import find_delayed, remove_delayed
+from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import (
     CANCEL_POLL_S,
@@ -34,7 +35,7 @@ from pidispatch.common.keys import (
     WORKER_GROUP,
     Keys,
 )
-from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.redis import Redis, auth_refused, create_redis
 from pidispatch.common.registry import host_streams
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
@@ -46,7 +47,7 @@ ENDED_STATES = frozenset({"completed", "policy", "failed", "cancelled"})
 CANCEL_REASON = "operator-cancel"
 # Entries a stream script reads per XRANGE/XPENDING call; the scan stays inside Redis either way.
 SCAN_PAGE = 500
-_SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", "PD_KEY_PREFIX")
+_SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "PD_KEY_PREFIX")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser("cancel", help="cancel a job: remove it if it has not started, else stop its run")
@@ -68,16 +69,18 @@ def valid_job_id(job_id: str) -> bool:
 
 
 def redis_settings() -> Settings:
-    """Settings from REDIS_URL/VALKEY_URL/PD_KEY_PREFIX only: a bad unrelated variable must not stop an
-    operator from cancelling or looking."""
+    """Settings from the Redis address, its password and PD_KEY_PREFIX only: a bad unrelated variable must
+    not stop an operator from cancelling or looking."""
     return load_settings({k: os.environ[k] for k in _SETTINGS_VARS if k in os.environ})
 
 
 @contextlib.asynccontextmanager
 async def _connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     try:
         yield redis
+    except AuthenticationError:
+        raise auth_refused(settings.redis_url) from None
     except (RedisError, OSError) as exc:
         raise InfraError(f"Redis at REDIS_URL did not answer ({type(exc).__name__}); {on_failure}") from None
     finally:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pidispatch import forges
+from pidispatch.common.dollars import USD_ACCEPTED, lower_cap, usd_micros
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
 from pidispatch.common.models import Job
 from pidispatch.common.settings import ENV_NAME_RE, Settings
 from pidispatch.worker.outcome import JobConfigRefused
 
 CONTAINER_HOME = "/home/pi"
+COST_CAP_VAR = "PI_MAX_COST_MICROS"
 PLAYWRIGHT_ENV: Mapping[str, str] = {
     "PLAYWRIGHT_BROWSERS_PATH": "/ms-playwright",
     "PLAYWRIGHT_MCP_BROWSER": "chromium",
@@ -39,6 +41,21 @@ def effective_max_turns(job: Job, settings: Settings) -> int:
 def effective_models(job: Job, settings: Settings) -> tuple[str, ...]:
     """The models a job may use: the trigger's ``run.models``, else the deployment's ``PI_ALLOWED_MODELS``."""
     return tuple(job.models) if job.models else settings.allowed_models
+
+
+def effective_cost_micros(job: Job, settings: Settings) -> int | None:
+    """The job's dollar cap in micro-dollars: the lower of ``PI_MAX_COST_USD`` and the trigger's
+    ``run.maxCostUsd``, or None when neither is set.
+
+    Raises ``JobConfigRefused`` for a job cap that does not read as an amount: running it uncapped would
+    not honour what the trigger asked for.
+    """
+    if job.max_cost_usd is None:
+        return settings.max_cost_micros
+    micros = usd_micros(job.max_cost_usd)
+    if micros is None:
+        raise JobConfigRefused(f"this job's maxCostUsd is refused; accepted: {USD_ACCEPTED}")
+    return lower_cap(settings.max_cost_micros, micros)
 
 
 def token_vars(job: Job) -> tuple[str, ...]:
@@ -94,10 +111,11 @@ def container_env(
     """Pure: the closed map of variables one job's container sees. No value is ever ``None``.
 
     Assignment order (later wins): base map -> provider credential -> ``PI_FORWARD_ENV`` -> resolved
-    secrets -> ``HOME`` -> runner-internal names deleted -> forge token. Secrets that would shadow a
-    runtime name are refused before this (``resolve_secrets``); the order is the second line of defence.
-    Raises ``JobConfigRefused`` for a secret name that is not a variable name, an empty forge token, or a
-    forge token for a kind with no token variables.
+    secrets -> ``HOME`` -> cost cap settled -> runner-internal names deleted -> forge token. Secrets that
+    would shadow a runtime name are refused before this (``resolve_secrets``); the order is the second line
+    of defence.
+    Raises ``JobConfigRefused`` for a secret name that is not a variable name, a job cap that is not an
+    amount, an empty forge token, or a forge token for a kind with no token variables.
     """
     env = base_env(job, name=name, settings=settings)
     # Every key variable pi reads for this provider that the worker has, in pi's order. None set is not
@@ -119,6 +137,11 @@ def container_env(
         env[var] = value
     if user_set:
         env["HOME"] = CONTAINER_HOME
+    # Settled after everything an operator or a trigger could name: the cap is the runtime's, set or absent.
+    env.pop(COST_CAP_VAR, None)
+    cap = effective_cost_micros(job, settings)
+    if cap is not None:
+        env[COST_CAP_VAR] = str(cap)
     for var in RUNNER_INTERNAL_VARS:
         env.pop(var, None)
     if forge_token is not None:

@@ -23,6 +23,7 @@ from itertools import chain
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.runtime import EpochMsClock
+from pidispatch.common.secret import Secret
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
 from pidispatch.worker.git import GIT_TIMEOUT, GIT_TIMEOUT_S, GIT_UNAVAILABLE, SHA_RE, git, neutral_filters
 from pidispatch.worker.outcome import InfraFault, JobRefusal
@@ -259,7 +260,8 @@ async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     keys = Keys(settings.key_prefix)
     stream = keys.host_jobs(settings.worker_name) if settings.worker_name_declared else keys.jobs
     job = build_local_job(args, path, facts.basename, clock())
-    status, job_id, state = await enqueue_local(settings.redis_url, keys, stream, job)
+    password = settings.redis_password
+    status, job_id, state = await enqueue_local(settings.redis_url, password, keys, stream, job)
     if status == "queued":
         if args.json:
             print(json.dumps({"status": "queued", "jobId": job_id, "folder": facts.basename,
@@ -275,22 +277,24 @@ async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     return 0
 
 
-async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[str, str, str]:
+async def enqueue_local(
+    url: str, password: Secret[str] | None, keys: Keys, stream: str, job: Job
+) -> tuple[str, str, str]:
     """Queue ``job`` once through the ENQUEUE script; returns (``queued``|``duplicate``, job id, state).
 
     Raises ``InfraError`` naming ``REDIS_URL`` when Redis does not answer. The script is atomic and the id
     exact, so a retry of the same command within the minute can never queue the run twice.
     """
-    from redis.exceptions import RedisError
+    from redis.exceptions import AuthenticationError, RedisError
 
     from pidispatch.common.dedup import remembered
     from pidispatch.common.errors import InfraError
     from pidispatch.common.keys import DEDUP_WINDOW_MS, REDIS_OP_TIMEOUT_S
-    from pidispatch.common.redis import bounded, create_redis
+    from pidispatch.common.redis import auth_refused, bounded, create_redis
     from pidispatch.common.runtime import now_ms
     from pidispatch.common.scripts import ENQUEUE
 
-    redis = create_redis(url)
+    redis = create_redis(url, password)
     pairs = list(chain.from_iterable(job_to_fields(job).items()))
 
     async def enqueue() -> tuple[str, str, bytes | str | None]:
@@ -309,6 +313,8 @@ async def enqueue_local(url: str, keys: Keys, stream: str, job: Job) -> tuple[st
         status, value, raw = await bounded(enqueue(), 2 * REDIS_OP_TIMEOUT_S)
         if status == "queued":
             return "queued", job.id, "queued"
+    except AuthenticationError:
+        raise auth_refused(url) from None
     except (RedisError, OSError, TimeoutError) as exc:
         raise InfraError(
             f"Redis at REDIS_URL did not answer ({type(exc).__name__}); check that Redis is running "

@@ -55,7 +55,11 @@ CAPABILITY_GATES: tuple[CapabilityGate, ...] = (
     CapabilityGate(
         "modelPolicy", "job-image-model-policy-unsupported", lambda j, s: bool(effective_models(j, s))
     ),
-    CapabilityGate("costCap", "job-image-cost-cap-unsupported", lambda j, s: j.max_cost_usd is not None),
+    # Either source of a cap needs it: an image without the capability would run the job uncapped.
+    CapabilityGate(
+        "costCap", "job-image-cost-cap-unsupported",
+        lambda j, s: j.max_cost_usd is not None or s.max_cost_micros is not None,
+    ),
 )
 
 

@@ -85,7 +85,7 @@ async def read_runs(settings: Settings, limit: int, *, now_ms: int, local_only: 
 
 async def _read_fleet(settings: Settings, limit: int, now_ms: int) -> tuple[list[RunRecord], str]:
     # read_mirror bounds itself (REDIS_OP_TIMEOUT_S) and never raises, so a down Redis costs <= 2 s.
-    redis = create_redis(settings.redis_url)
+    redis = create_redis(settings.redis_url, settings.redis_password)
     try:
         since = now_ms - mirror_window_ms(settings.log_retention_days)
         return await read_mirror(redis, Keys(settings.key_prefix), since_ms=since, limit=limit)
