@@ -86,3 +86,10 @@ def url_carries_password(url: str) -> bool:
         return bool(parts.password) or bool(parse_qs(parts.query).get("password"))
     except ValueError:  # a malformed address: the client refuses it when it connects
         return False
+
+
+def parse_program_path(name: str, raw: str | None) -> str | None:
+    """An operator's program: only the path's shape here; it is looked up (realpath, executable) when run."""
+    if raw is not None and not os.path.isabs(raw):
+        raise ConfigError(f"{name} is not an absolute path; accepted: the absolute path of a program")
+    return raw

@@ -6,7 +6,12 @@ builds the closed allowlist and refuses a forwarded or resolved name that would 
 
 from __future__ import annotations
 
+import re
+
+from pidispatch.common.errors import ConfigError
 from pidispatch.forges import FORGES
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Where a job's minted forge token goes: every one of its forge's variables, never another forge's.
 FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {f.name: f.token_vars for f in FORGES}
@@ -65,3 +70,20 @@ def is_reserved_name(name: str) -> bool:
         or name.startswith(RESERVED_PREFIXES)
         or name.endswith(RESERVED_SUFFIXES)
     )
+
+
+def parse_forward_env(raw: str | None) -> tuple[str, ...]:
+    """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
+    if raw is None:
+        return ()
+    minted = {v for names in FORGE_TOKEN_VARS.values() for v in names}
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    for n in names:
+        if not ENV_NAME_RE.match(n):
+            raise ConfigError(f"PI_FORWARD_ENV name {n!r} is refused; accepted: variable names, commas")
+        if n in minted or n in WORKER_ONLY_SECRETS or is_reserved_name(n):
+            raise ConfigError(
+                f"PI_FORWARD_ENV may not forward {n}: the worker sets it itself or it is a worker secret; "
+                "accepted: other variable names"
+            )
+    return tuple(dict.fromkeys(names))

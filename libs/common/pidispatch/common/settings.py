@@ -19,21 +19,16 @@ from pidispatch.common.configsyntax import (
     parse_job_user,
     parse_memory,
     parse_profiles,
+    parse_program_path,
     parse_usd,
     url_carries_password,
 )
-from pidispatch.common.envnames import (
-    FORGE_TOKEN_VARS,
-    REDIS_PASSWORD_VARS,
-    WORKER_ONLY_SECRETS,
-    is_reserved_name,
-)
+from pidispatch.common.envnames import REDIS_PASSWORD_VARS, parse_forward_env
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
 from pidispatch.common.secret import Secret
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
 
@@ -127,23 +122,6 @@ def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> i
 
 def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
     return None if _get(env, name) is None else _int(env, name, 0, lo, hi)
-
-
-def parse_forward_env(raw: str | None) -> tuple[str, ...]:
-    """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
-    if raw is None:
-        return ()
-    minted = {v for names in FORGE_TOKEN_VARS.values() for v in names}
-    names = [n.strip() for n in raw.split(",") if n.strip()]
-    for n in names:
-        if not ENV_NAME_RE.match(n):
-            raise ConfigError(f"PI_FORWARD_ENV name {n!r} is refused; accepted: variable names, commas")
-        if n in minted or n in WORKER_ONLY_SECRETS or is_reserved_name(n):
-            raise ConfigError(
-                f"PI_FORWARD_ENV may not forward {n}: the worker sets it itself or it is a worker secret; "
-                "accepted: other variable names"
-            )
-    return tuple(dict.fromkeys(names))
 
 
 def default_jobs_dir() -> str:
@@ -326,23 +304,10 @@ def _upkeep_part(env: Mapping[str, str]) -> _UpkeepPart:
         log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
         capture_job_logs=_int(env, "PI_CAPTURE_JOB_LOGS", 0, 0, 1) == 1,
         sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),
-        on_failure=_on_failure(env),
+        on_failure=parse_program_path("PI_ON_FAILURE", _get(env, "PI_ON_FAILURE")),
         on_failure_timeout_ms=_int(env, "PI_ON_FAILURE_TIMEOUT_MS", 10_000, 100, 600_000),
-        pause_windows_file=_expanded(env, "PI_PAUSE_WINDOWS_FILE"),
+        pause_windows_file=os.path.expanduser(w) if (w := _get(env, "PI_PAUSE_WINDOWS_FILE")) else None,
     )
-
-
-def _expanded(env: Mapping[str, str], name: str) -> str | None:
-    value = _get(env, name)
-    return None if value is None else os.path.expanduser(value)
-
-
-def _on_failure(env: Mapping[str, str]) -> str | None:
-    # Only the path's shape is checked here: the program is looked up (realpath, executable) at each call.
-    path = _get(env, "PI_ON_FAILURE")
-    if path is not None and not os.path.isabs(path):
-        raise ConfigError("PI_ON_FAILURE is not an absolute path; accepted: the absolute path of a program")
-    return path
 
 
 def _spend_part(env: Mapping[str, str]) -> _SpendPart:

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 from pidispatch import forges
 from pidispatch.common.dollars import USD_ACCEPTED, lower_cap, usd_micros
-from pidispatch.common.envnames import FORGE_TOKEN_VARS, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
+from pidispatch.common.envnames import ENV_NAME_RE, FORGE_TOKEN_VARS, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
 from pidispatch.common.models import Job
-from pidispatch.common.settings import ENV_NAME_RE, Settings
+from pidispatch.common.settings import Settings
 from pidispatch.worker.outcome import JobConfigRefused
 
 CONTAINER_HOME = "/home/pi"

@@ -16,10 +16,10 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pidispatch.common.envnames import PROVIDER_KEY_VARS, is_reserved_name
+from pidispatch.common.envnames import ENV_NAME_RE, PROVIDER_KEY_VARS, is_reserved_name
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
-from pidispatch.common.settings import ENV_NAME_RE, Settings
+from pidispatch.common.settings import Settings
 from pidispatch.worker.environment import effective_provider
 from pidispatch.worker.outcome import InfraFault, JobRefusal
 
