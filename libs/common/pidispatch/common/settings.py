@@ -18,6 +18,7 @@ from pidispatch.common.configsyntax import parse_cpus, parse_job_user, parse_mem
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, WORKER_ONLY_SECRETS, is_reserved_name
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
+from pidispatch.common.unsupported import check_environment
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -319,6 +320,7 @@ def _agent_part(env: Mapping[str, str]) -> _AgentPart:
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
+    check_environment(env)  # a variable this project does not implement stops it before any other
     # Parts are read in field order, so with several bad variables the first part's error is the one raised.
     return Settings(
         **_store_part(env),
