@@ -12,10 +12,13 @@ import pytest
 from pidispatch.common.errors import ConfigError
 from pidispatch.router.match.predicate import Predicate
 from pidispatch.router.rules import CloseRule, ForgeGroup, PullRequestRule, RunSpec
+from pidispatch.router.runfields import RUN_KEYS
 from pidispatch.router.triggers import (
     FORGE_KINDS,
     ISSUE_ACTIONS,
+    ON_KEYS,
     PR_ACTIONS,
+    REFUSED_ON_TYPES,
     Rules,
     RulesRef,
     load_triggers,
@@ -475,3 +478,28 @@ def test_rules_ref_swaps_in_one_step() -> None:
     ref = RulesRef(first)
     ref.current = second
     assert ref.current.github.label[0].index == 1
+
+
+# --- example files --------------------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "triggers"
+
+
+def test_an_example_using_every_honoured_field_loads() -> None:
+    path = EXAMPLES / "every-forge.json"
+    rules = load_triggers(str(path))
+    assert rules.count == 9 and rules.cron == ()
+    entries = json.loads(path.read_text())["triggers"]
+    used_on = {(e["on"]["type"], key) for e in entries for key in e["on"]}
+    used_run = {key for e in entries for key in e["run"]}
+    assert used_on == {(t, key) for t, keys in ON_KEYS.items() if t not in REFUSED_ON_TYPES for key in keys}
+    assert used_run == set(RUN_KEYS)
+
+
+def test_an_example_with_fields_no_worker_acts_on_is_refused_naming_the_first() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_triggers(str(EXAMPLES / "refused-fields.json"))
+    assert str(err.value) == (
+        "PI_TRIGGERS_FILE refused-fields.json: triggers[0].run.skillsDir is not supported by pi-dispatch yet "
+        "(no worker mounts a skills folder into a job); remove it"
+    )
