@@ -31,10 +31,8 @@ from tests.support.processes import RedisProcess, ServiceProcess
 
 LABELED = (FIXTURES / "github" / "issues.labeled.json").read_text()  # issue #1, label "bug"
 BUG_RULE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}
-CRON = {
-    "on": {"type": "cron", "id": "n", "pattern": "0 3 * * *"},
-    "run": {"kind": "local", "folder": "/srv/app", "flow": "nightly", "task": "tidy up"},
-}
+# A rule of another forge at index 0: the matched rule's index is its raw position in the file.
+OTHER_FORGE = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "gitlab", "flow": "nightly"}}
 
 
 def rules_of(*entries: dict[str, Any]) -> Rules:
@@ -88,7 +86,7 @@ async def running_router(
 async def test_router_enqueues_one_job_for_a_matching_label(
     base_env: dict[str, str], redis: Redis, keys: Keys
 ) -> None:
-    async with running_router(settings_for(base_env), redis, keys, rules_of(CRON, BUG_RULE)):
+    async with running_router(settings_for(base_env), redis, keys, rules_of(OTHER_FORGE, BUG_RULE)):
         delivery, entry = await append(redis, keys)
         d = await wait_for(lambda: decision(redis, keys, delivery), what="the decision hash")
     [(_, fields)] = await redis.xrange(keys.jobs)

@@ -131,3 +131,29 @@ async def test_explain_says_the_stored_deduplicated_decision_before_what_todays_
     lines = cli(base_env, "explain", undecided).stdout.splitlines()
     assert lines[1] == f"today's rules would: fire rule #0, job(s) gh-{undecided}"
     assert not any(line.startswith("stored") for line in lines)
+
+
+def test_the_router_refuses_at_start_a_file_with_a_field_no_worker_acts_on(base_env: dict[str, str]) -> None:
+    rule = {**BUG_RULE, "run": {**BUG_RULE["run"], "skillsDir": "/srv/skills"}}
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE, rule]}))
+    result = subprocess.run([sys.executable, "-m", "pidispatch.router"], env=base_env, capture_output=True,
+                            text=True, timeout=30, check=False)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "pi-dispatch: configuration error: PI_TRIGGERS_FILE triggers.json: triggers[1].run.skillsDir is not "
+        "supported by pi-dispatch yet (no worker mounts a skills folder into a job); remove it\n"
+    )
+
+
+async def test_the_router_starts_on_an_empty_list_and_warns_once(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": []}))
+    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router.start()
+    try:
+        await wait_for(lambda: router.logged("triggers_watching"), timeout=15, what="the router to start")
+        [line] = router.logged("triggers_empty")
+        assert (line["level"], line["file"]) == ("warning", "triggers.json")
+    finally:
+        assert router.stop() == 0

@@ -12,7 +12,7 @@ import pytest
 from pidispatch.common.errors import ConfigError
 from pidispatch.router.modelref import split_model_entry, usd_micros
 from pidispatch.router.rules import RunSpec
-from pidispatch.router.runfields import BACKENDS, RESERVED_SECRET_NAMES, near_miss
+from pidispatch.router.runfields import BACKENDS, REFUSED_RUN, RESERVED_SECRET_NAMES, RUN_KEYS, near_miss
 from pidispatch.router.triggers import Rules, parse_triggers
 from pidispatch.router.waitfor import after_instant_ms
 
@@ -56,31 +56,31 @@ def refusal(entry: Any) -> str:
 
 def test_a_rule_with_every_field_set_loads_and_carries_each_into_run_spec() -> None:
     run = {
-        "packages": False, "image": "ghcr.io/acme/agent:1", "backend": "local",
+        "image": "ghcr.io/acme/agent:1", "backend": "local",
         "excludeTools": ["bash", "powershell"], "provider": "OpenAI", "model": "gpt-X", "maxTurns": 10,
         "models": ["OpenAI/gpt-X", "anthropic/claude-sonnet"], "maxCostUsd": "0.50",
-        "skillsDir": "/srv/skills", "instructions": "Be brief.", "resume": False,
-        "secrets": {"STRIPE_KEY": "op://vault/stripe"}, "secretsProfile": "prod",
-        "waitFor": [{"after": AFTER}, {"profile": "jira"}], "repository": "widgets",
+        "instructions": "Be brief.", "secrets": {"STRIPE_KEY": "op://vault/stripe"}, "secretsProfile": "prod",
+        "repository": "widgets",
     }
     assert spec(run, "azure") == RunSpec(
-        flow="fix", packages=False, image="ghcr.io/acme/agent:1", backend="local",
+        flow="fix", image="ghcr.io/acme/agent:1", backend="local",
         exclude_tools=("bash", "powershell"), provider="OpenAI", model="gpt-X", max_turns=10,
-        models=("OpenAI/gpt-X", "anthropic/claude-sonnet"), max_cost_usd="0.50", skills_dir="/srv/skills",
-        instructions="Be brief.", resume=False, secrets={"STRIPE_KEY": "op://vault/stripe"},
-        secrets_profile="prod", wait_for=({"after": AFTER}, {"profile": "jira"}), repository="widgets",
+        models=("OpenAI/gpt-X", "anthropic/claude-sonnet"), max_cost_usd="0.50",
+        instructions="Be brief.", secrets={"STRIPE_KEY": "op://vault/stripe"},
+        secrets_profile="prod", repository="widgets",
     )
+    # Every accepted key of a webhook rule's run is set above (kind, flow, replicas and command aside).
+    assert set(RUN_KEYS) - set(run) == {"kind", "flow", "command", "replicas"}
 
 
-def test_replicas_and_resume_true_are_carried_on_their_own_rules() -> None:
+def test_replicas_are_carried_on_their_own_rules() -> None:
     assert spec({"replicas": 3}).replicas == 3
     assert spec({"replicas": 2.0}).replicas == 2
-    assert spec({"resume": True}).resume is True
 
 
 def test_a_command_rule_carries_the_command_and_no_flow() -> None:
-    rules = parse(command({"resume": False, "replicas": 2}))
-    assert rules.github.label[0].run == RunSpec(command="check", resume=False, replicas=2)
+    rules = parse(command({"replicas": 2}))
+    assert rules.github.label[0].run == RunSpec(command="check", replicas=2)
 
 
 def test_null_is_absent_for_the_model_fields() -> None:
@@ -111,8 +111,19 @@ def test_reserved_names_include_minted_tokens_forge_hosts_and_container_variable
 
 
 @pytest.mark.parametrize("key", ["timeout", "fl\u00f6w", "modelling", "maxTokens", "note"])
-def test_unrelated_unknown_keys_are_tolerated(key: str) -> None:
-    assert spec({key: 1}) == RunSpec(flow="fix")
+def test_unrelated_unknown_keys_are_refused(key: str) -> None:
+    assert f"triggers[0].run.{key} is not a field; " in refusal(label({key: 1}))
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("packages", False), ("skillsDir", "/srv/skills"), ("resume", False),
+    ("waitFor", [{"after": AFTER}, {"profile": "jira"}]),
+])
+def test_each_run_field_no_worker_acts_on_is_refused_once_its_value_is_valid(key: str, value: Any) -> None:
+    assert refusal(label({key: value})) == (
+        f"PI_TRIGGERS_FILE triggers.json: triggers[0].run.{key} is not supported by pi-dispatch yet "
+        f"({REFUSED_RUN[key]}); remove it"
+    )
 
 
 # --- refusals: every run field ----------------------------------------------------------------------
@@ -374,11 +385,6 @@ CRON_REFUSALS: list[tuple[str, Any, str]] = [
                          ids=[case for case, _, _ in CRON_REFUSALS])
 def test_each_cron_run_refusal_names_the_entry_index_and_the_field(entry: Any, expected: str) -> None:
     assert expected in refusal(entry)
-
-
-def test_cron_accepts_resume_false_and_drops_a_repository() -> None:
-    rule = parse(cron({"resume": False, "repository": "w", "backend": "local"})).cron[0]
-    assert rule.run["resume"] is False and rule.run["backend"] == "local" and "repository" not in rule.run
 
 
 # --- value grammars -----------------------------------------------------------------------------------

@@ -11,11 +11,14 @@ import pytest
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import CloseRule, CronRule, ForgeGroup, PullRequestRule, RunSpec
+from pidispatch.router.rules import CloseRule, ForgeGroup, PullRequestRule, RunSpec
+from pidispatch.router.runfields import RUN_KEYS
 from pidispatch.router.triggers import (
     FORGE_KINDS,
     ISSUE_ACTIONS,
+    ON_KEYS,
     PR_ACTIONS,
+    REFUSED_ON_TYPES,
     Rules,
     RulesRef,
     load_triggers,
@@ -29,8 +32,9 @@ COMMENT = {"on": {"type": "comment", "phrase": "@pi"}, "run": {"kind": "github",
 PR = {"on": {"type": "pull_request", "action": ["opened", "labeled"], "any": ["pi:review"]},
       "run": {"kind": "github", "flow": "review"}}
 PR_CLOSE = {"on": {"type": "pull_request", "action": ["closed"]}, "run": {"kind": "github", "flow": "deploy"}}
-ISSUE = {"on": {"type": "issue", "action": ["closed"], "number": 40, "once": True},
+ISSUE = {"on": {"type": "issue", "action": ["closed"], "number": 40},
          "run": {"kind": "github", "command": "release notes"}}
+GITLAB_LABEL = {"on": {"type": "label", "any": ["pi:go"]}, "run": {"kind": "gitlab", "flow": "fix"}}
 DISARMED = {"at": "2026-05-01T10:00:00Z", "jobId": "gh-abc"}
 
 
@@ -65,10 +69,10 @@ def cron(run: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
 # --- acceptance -------------------------------------------------------------------------------------
 
 
-def test_cron_at_index_0_shifts_webhook_rule_indices_to_1_2_3() -> None:
-    rules = parse(CRON, LABEL, COMMENT, PR, PR_CLOSE, ISSUE)
+def test_another_forge_rule_at_index_0_shifts_github_rule_indices_to_1_to_5() -> None:
+    rules = parse(GITLAB_LABEL, LABEL, COMMENT, PR, PR_CLOSE, ISSUE)
     assert rules.count == 6
-    assert [c.index for c in rules.cron] == [0]
+    assert [r.index for r in rules.gitlab.label] == [0]
     assert [r.index for r in rules.github.label] == [1]
     assert rules.github.comment is not None and rules.github.comment.index == 2
     assert [r.index for r in rules.github.pull_request] == [3]
@@ -90,20 +94,9 @@ def test_known_flows_are_every_webhook_flow_of_any_forge_and_ignore_command_rule
     command = on("label", run={"flow": None}, any=["y"])
     del command["run"]["flow"]
     command["run"]["command"] = "standup now"
-    disarmed = on("issue", action=["closed"], number=3, once=True, disarmed=DISARMED, run={"flow": "spent"})
-    rules = parse(CRON, LABEL, COMMENT, gitlab, command, disarmed)
-    # cron's flow, the command rule and the disarmed one-shot add nothing.
+    rules = parse(LABEL, COMMENT, gitlab, command)
+    # The command rule adds nothing.
     assert rules.known_flows == frozenset({"frontend-fix", "triage", "gl-flow"})
-
-
-def test_a_disarmed_one_shot_keeps_its_index_and_matches_nothing() -> None:
-    spent = on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED)
-    spent_pr = on("pull_request", action=["closed"], number=7, once=True, disarmed={"at": "yesterday"})
-    rules = parse(LABEL, spent, spent_pr, ISSUE)
-    assert rules.count == 4
-    assert [r.index for r in rules.github.issue] == [3]
-    assert rules.github.pr_close == ()
-    assert rules.github.label[0].index == 0
 
 
 def test_a_disarmed_entry_is_still_validated_in_full() -> None:
@@ -111,11 +104,11 @@ def test_a_disarmed_entry_is_still_validated_in_full() -> None:
     assert "triggers[0].run.image" in refusal(spent)
 
 
-def test_close_rules_carry_actions_number_and_once() -> None:
+def test_close_rules_carry_actions_and_number() -> None:
     gitlab_close = on("pull_request", "gitlab", action=["close"], number=5)
     rules = parse(ISSUE, PR_CLOSE, gitlab_close)
     assert rules.github.issue[0] == CloseRule(
-        index=0, actions=frozenset({"closed"}), number=40, once=True,
+        index=0, actions=frozenset({"closed"}), number=40, once=False,
         run=RunSpec(command="release notes"),
     )
     assert rules.github.pr_close[0].number is None and rules.github.pr_close[0].once is False
@@ -140,9 +133,44 @@ def test_pull_request_rules_carry_predicate_and_review_states() -> None:
     assert rules.forgejo.pull_request[0].predicate == Predicate(none=("wip",))
 
 
-def test_unknown_keys_are_tolerated_and_dropped_and_run_github_is_dropped_on_webhook_rules() -> None:
-    entry = on("label", any=["x"], someday={"a": 1}, run={"github": True, "imgae": "typo"})
-    assert parse(entry).github.label[0].run == RunSpec(flow="fix")
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({**LABEL, "colour": "red"},
+         "triggers[1].colour is not a field; accepted in a trigger: on, run"),
+        ({"on": LABEL["on"], "runs": LABEL["run"]},
+         "triggers[1].runs is not a field; did you mean run? accepted in a trigger: on, run"),
+        (on("label", any=["x"], someday={"a": 1}),
+         "triggers[1].on.someday is not a field; accepted in on of label triggers: type, any, all, none"),
+        (on("label", anny=["x"]), "triggers[1].on.anny is not a field; did you mean on.any?"),
+        # A key of another type is named as not being this type's, after the values were checked.
+        (on("label", any=["x"], phrase="@pi"),
+         "triggers[1].on.phrase is not a field; accepted in on of label"),
+        (on("comment", "gitlab", phrase="@pi", action=["open"]),
+         "triggers[1].on.action is not a field; accepted in on of comment triggers: type, phrase"),
+        (on("issue", action=["closed"], reviewState=["approved"]),
+         "triggers[1].on.reviewState is not a field"),
+        (on("label", any=["x"], run={"imgae": "typo"}), "triggers[1].run.imgae is not a field; did you mean "
+                                                          "run.image?"),
+        # run.github is a cron entry's own field: never dropped on a webhook rule.
+        (on("label", any=["x"], run={"github": True}),
+         "triggers[1].run.github is not a field; accepted in run"),
+        (on("label", any=["x"], run={"task": "do it"}), "triggers[1].run.task is not a field"),
+    ],
+    ids=["entry", "entry_close", "on", "on_close", "on_other_type", "on_action_on_comment",
+         "on_review_state_on_issue", "run_close", "run_github", "run_task"],
+)
+def test_an_unknown_key_is_refused_naming_its_path_and_the_nearest_accepted_key(
+    entry: dict[str, Any], expected: str
+) -> None:
+    assert expected in refusal(LABEL, entry)
+
+
+def test_an_unknown_top_level_key_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_triggers(json.dumps({"triggers": [], "triggerz": []}))
+    assert str(err.value) == ("PI_TRIGGERS_FILE triggers.json: triggerz is not a field; did you mean "
+                              "triggers? accepted at the top level: triggers")
 
 
 def test_comment_triggers_of_two_forges_coexist_even_with_the_same_phrase() -> None:
@@ -170,22 +198,38 @@ def test_every_issue_word_of_each_forge_loads(kind: str, word: str) -> None:
     assert parse(on("issue", kind, action=[word])).group(kind).issue[0].actions == {word}
 
 
-def test_cron_entry_is_validated_and_normalised_for_the_scheduler() -> None:
-    entry = cron({"packages": False, "secrets": {"KEY": "ref"}, "github": True, "portfolio": False,
-                  "maxTurns": 5, "unknown": 1}, pattern="*/5 * * * * *")
-    rule = parse(entry).cron[0]
-    assert rule == CronRule(index=0, id="nightly", pattern="*/5 * * * * *", run={
-        "kind": "local", "folder": "/srv/app", "task": "tidy up", "github": True, "portfolio": False,
-        "flow": "tidy", "packages": False, "secrets": {"KEY": "ref"}, "maxTurns": 5,
-    })
+# --- refusals: what this build parses but does not act on yet ---------------------------------------
+
+UNSUPPORTED: list[tuple[str, Any, str]] = [
+    ("cron", CRON,
+     "triggers[1].on.type cron is not supported by pi-dispatch yet (nothing here runs cron schedules: start "
+     "the job with pi-dispatch run from the host's crontab); remove the entry"),
+    ("cron_command", {"on": CRON["on"], "run": {"kind": "local", "folder": "/srv", "command": "standup"}},
+     "triggers[1].on.type cron is not supported by pi-dispatch yet"),
+    ("issue_once", on("issue", action=["closed"], number=40, once=True),
+     "triggers[1].on.once is not supported by pi-dispatch yet (one-shot triggers: nothing disarms a rule "
+     "after it fires); remove it"),
+    ("issue_once_false", on("issue", action=["closed"], once=False), "triggers[1].on.once is not supported"),
+    ("pr_close_once", on("pull_request", "gitlab", action=["close"], number=5, once=True),
+     "triggers[1].on.once is not supported"),
+    ("disarmed", on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED),
+     "triggers[1].on.once is not supported"),
+    ("label_once", on("label", any=["x"], once=True),
+     "triggers[1].on.once is refused on this label trigger (one-shot triggers are not supported by "
+     "pi-dispatch yet); remove it"),
+]
 
 
-def test_cron_command_needs_no_task_and_its_flow_has_no_charset() -> None:
-    command = {"on": CRON["on"], "run": {"kind": "local", "folder": "/srv", "command": "standup"}}
-    upper = cron({"flow": "Tidy Up"}, id="other")
-    rules = parse(command, upper)
-    assert rules.cron[0].run == {"kind": "local", "folder": "/srv", "command": "standup"}
-    assert rules.cron[1].run["flow"] == "Tidy Up"
+@pytest.mark.parametrize(("entry", "expected"), [(e, m) for _, e, m in UNSUPPORTED],
+                         ids=[case for case, _, _ in UNSUPPORTED])
+def test_a_type_or_field_this_build_does_not_act_on_is_refused(entry: Any, expected: str) -> None:
+    assert expected in refusal(LABEL, entry)
+
+
+def test_values_are_checked_in_the_whole_file_before_anything_is_refused_as_unsupported() -> None:
+    # A malformed value anywhere is named first, so a file is fixed in one pass per kind of mistake.
+    assert "triggers[1].on.any" in refusal(CRON, on("label", any="x"))
+    assert "triggers[0].on.pattern" in refusal(cron(pattern="* *"), LABEL)
 
 
 # --- refusals: file level --------------------------------------------------------------------------
@@ -430,7 +474,32 @@ def test_a_file_that_is_not_utf8_is_a_configuration_error(tmp_path: Path) -> Non
 
 
 def test_rules_ref_swaps_in_one_step() -> None:
-    first, second = parse(LABEL), parse(CRON, LABEL)
+    first, second = parse(LABEL), parse(GITLAB_LABEL, LABEL)
     ref = RulesRef(first)
     ref.current = second
     assert ref.current.github.label[0].index == 1
+
+
+# --- example files --------------------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "triggers"
+
+
+def test_an_example_using_every_honoured_field_loads() -> None:
+    path = EXAMPLES / "every-forge.json"
+    rules = load_triggers(str(path))
+    assert rules.count == 9 and rules.cron == ()
+    entries = json.loads(path.read_text())["triggers"]
+    used_on = {(e["on"]["type"], key) for e in entries for key in e["on"]}
+    used_run = {key for e in entries for key in e["run"]}
+    assert used_on == {(t, key) for t, keys in ON_KEYS.items() if t not in REFUSED_ON_TYPES for key in keys}
+    assert used_run == set(RUN_KEYS)
+
+
+def test_an_example_with_fields_no_worker_acts_on_is_refused_naming_the_first() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_triggers(str(EXAMPLES / "refused-fields.json"))
+    assert str(err.value) == (
+        "PI_TRIGGERS_FILE refused-fields.json: triggers[0].run.skillsDir is not supported by pi-dispatch yet "
+        "(no worker mounts a skills folder into a job); remove it"
+    )

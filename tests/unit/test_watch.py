@@ -161,3 +161,22 @@ def test_the_signature_tells_a_rename_apart_and_is_none_for_a_missing_file(path:
     os.replace(other, path)
     assert signature(str(path)) != before
     assert signature(str(path.with_name("absent.json"))) is None
+
+
+async def test_an_edit_adding_a_field_no_worker_acts_on_keeps_the_last_good_rules(path: Path) -> None:
+    async with watching(path) as (ref, logs):
+        good = ref.current
+        replace(path, json.dumps({"triggers": [{**LABEL, "run": {**LABEL["run"], "skillsDir": "/srv/s"}}]}))
+        await wait_for(lambda: events(logs, "triggers_reload_invalid"), 5, what="the refusal to be logged")
+        assert events(logs, "triggers_reload_invalid")[0]["error"].startswith(
+            "PI_TRIGGERS_FILE triggers.json: triggers[0].run.skillsDir is not supported by pi-dispatch yet")
+        assert ref.current is good
+
+
+async def test_an_edit_to_an_empty_list_loads_and_warns_once(path: Path) -> None:
+    async with watching(path) as (ref, logs):
+        replace(path, json.dumps({"triggers": []}))
+        await wait_for(lambda: ref.current.count == 0, 5, what="the empty list to be loaded")
+        await wait_for(lambda: events(logs, "triggers_empty"), 5, what="the warning")
+        [line] = events(logs, "triggers_empty")
+        assert line["log_level"] == "warning" and line["file"] == "triggers.json"

@@ -27,6 +27,7 @@ from pidispatch.common.envnames import REDIS_PASSWORD_VARS, parse_forward_env
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
 from pidispatch.common.secret import Secret
+from pidispatch.common.unsupported import check_environment
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -346,6 +347,7 @@ def _agent_part(env: Mapping[str, str]) -> _AgentPart:
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
+    check_environment(env)  # a variable this project does not implement stops it before any other
     # Parts are read in field order, so with several bad variables the first part's error is the one raised.
     return Settings(
         **_store_part(env),

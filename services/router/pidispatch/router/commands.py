@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -41,7 +42,7 @@ from pidispatch.router.reroute import run_rerouter
 from pidispatch.router.rules import Rules, RulesRef
 from pidispatch.router.service import consumer_name, run_router
 from pidispatch.router.subsets import MalformedPayload
-from pidispatch.router.triggers import load_triggers
+from pidispatch.router.triggers import load_triggers, warn_if_empty
 from pidispatch.router.watch import watch_triggers
 
 
@@ -62,6 +63,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     forges = load_forge_config()
     consumer = consumer_name()
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
+    warn_if_empty(rules, os.path.basename(settings.triggers_file) or settings.triggers_file)
     require_credentials(rules, forges)
     stop = stop_on_signals()
     http = create_http()

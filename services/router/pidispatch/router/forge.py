@@ -44,6 +44,8 @@ class RouterForge(Protocol):
     repository_on: tuple[str, ...]
     # Added to the on.number refusal where the forge's item number is not the obvious one, or None.
     item_number_note: str | None
+    # The cron run keys only this forge defines (validated by ``cron_fields``).
+    cron_keys: tuple[str, ...]
 
     def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
         """Validated cron ``run`` fields that only this forge defines, in the scheduler's names."""

@@ -6,7 +6,9 @@ grammars (``modelref``, ``waitfor``), so every refusal reads ``triggers[<index>]
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TypeGuard
 
 # JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator): "blank" and "padded" are
@@ -18,6 +20,8 @@ JS_WHITESPACE = (
 # A name that is safe in a comma-separated env list and in a Redis key: cron ids, profiles, backends.
 ID_RE = re.compile(r"[A-Za-z0-9._-]+")
 JS_MAX_SAFE_INTEGER = 2**53 - 1
+# The problem text of a field this build parses but does not act on: it is refused, never dropped.
+NOT_SUPPORTED = "is not supported by pi-dispatch yet"
 
 
 class TriggerRefusal(Exception):
@@ -43,6 +47,19 @@ class TriggerEntry:
 
     def fail(self, field: str, problem: str) -> NoReturn:
         raise TriggerRefusal(f"triggers[{self.index}].{field} {problem}")
+
+    def refuse_unknown(self, where: str, known: Collection[str], accepted: Sequence[str]) -> None:
+        """Refuse the first key of ``on`` or ``run`` (``where``) outside ``known``, naming ``accepted``."""
+        for key in self.on if where == "on" else self.run:
+            if key not in known:
+                self.fail(f"{where}.{key}", unknown_key(key, accepted, f"{where}.",
+                                                        f"in {where} of {self.on_type} triggers"))
+
+    def refuse_listed(self, where: str, refused: dict[str, str]) -> None:
+        """Refuse the first key of ``on`` or ``run`` that ``refused`` lists, with its reason."""
+        for key in self.on if where == "on" else self.run:
+            if key in refused:
+                self.fail(f"{where}.{key}", f"{NOT_SUPPORTED} ({refused[key]}); remove it")
 
 
 def trim(value: str) -> str:
@@ -72,3 +89,19 @@ def integer(value: Any) -> int | None:
 def js_length(text: str) -> int:
     """Length in UTF-16 code units (JavaScript's ``.length``): a cap counts what it always counted."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def nearest(key: str, accepted: Sequence[str]) -> str | None:
+    """The accepted key ``key`` most likely misspells (compared ignoring case), or None."""
+    lowered = {a.lower(): a for a in accepted}
+    found = difflib.get_close_matches(key.lower(), list(lowered), n=1)
+    return lowered[found[0]] if found else None
+
+
+def unknown_key(key: str, accepted: Sequence[str], prefix: str, where: str) -> str:
+    """The problem text for a key nothing implements: the nearest accepted one when close, then the list.
+    ``prefix`` leads the suggestion (``on.``), ``where`` names the level (``in a trigger``).
+    """
+    close = nearest(key, accepted)
+    hint = f"did you mean {prefix}{close}? " if close else ""
+    return f"is not a field; {hint}accepted {where}: {', '.join(accepted)}"

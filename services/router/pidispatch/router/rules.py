@@ -99,7 +99,8 @@ class PullRequestRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CloseRule(msgspec.Struct, frozen=True, kw_only=True):
-    """An ``issue`` rule, or a close-only ``pull_request`` rule; ``number`` arms it for one item."""
+    """An ``issue`` rule, or a close-only ``pull_request`` rule; ``number`` arms it for one item.
+    ``once`` is always False in loaded rules: the loader refuses one-shot triggers for now."""
 
     index: int
     actions: frozenset[str]
@@ -109,7 +110,8 @@ class CloseRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CronRule(msgspec.Struct, frozen=True, kw_only=True):
-    """Validated by the shared loader, served by the scheduler; the router keeps its index only."""
+    """A validated cron entry. None is in loaded rules for now: nothing runs cron schedules, so the
+    loader refuses cron entries once the file's values are valid."""
 
     index: int
     id: str
@@ -155,7 +157,7 @@ class Rules(msgspec.Struct, frozen=True, kw_only=True):
     """Every forge has a group, used or not, so a filter never needs a presence check. One field per
     forge, named after it: generic code reads ``group(name)``, a forge's own filter its field.
 
-    Disarmed entries keep their index (``count`` includes them) and appear in no group.
+    Every entry is in exactly one group (the loader refuses the cron and disarmed entries it parses).
     """
 
     github: ForgeGroup

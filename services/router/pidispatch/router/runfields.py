@@ -2,14 +2,14 @@
 the near-miss key sweeps, for webhook rules (a ``RunSpec``) and cron entries (a normalised dict).
 
 A field that would load and silently do nothing is refused: that is the rule behind every check here.
-Unknown keys are tolerated and dropped (forward compatibility), except spellings close enough to a
-field whose absence changes what a job does (wait, venue, tools, model).
+So is every key this build does not know: a spelling of a field whose absence changes what a job does
+(wait, venue, tools, model) names that field, any other key names the nearest accepted one.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pidispatch import forges
@@ -32,6 +32,19 @@ REPLICAS_MIN, REPLICAS_MAX = 2, 3
 BACKENDS: dict[str, bool] = {"local": False}
 # The pinned agent's built-in tools; it ignores unknown names silently, so only these can be excluded.
 EXCLUDABLE_TOOLS = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
+
+# The run keys of a webhook rule, in the order the documentation lists them.
+RUN_KEYS = (
+    "kind", "flow", "command", "image", "instructions", "repository", "replicas", "secrets", "secretsProfile",
+    "backend", "excludeTools", "provider", "model", "maxTurns", "models", "maxCostUsd",
+)
+# Run fields a rule may carry but no worker acts on yet, and why: each is refused after the file validates.
+REFUSED_RUN: dict[str, str] = {
+    "packages": "no worker stages packages into a job",
+    "skillsDir": "no worker mounts a skills folder into a job",
+    "resume": "no worker keeps an agent session to resume",
+    "waitFor": "no worker holds a job until its conditions hold",
+}
 
 # Near misses: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
 # field under ``run`` is legal; under ``on`` every spelling is refused (these are properties of the run).
@@ -72,21 +85,33 @@ def _is_subsequence(needle: str, hay: str) -> bool:
     return all(ch in letters for ch in needle)
 
 
-def sweep_near_misses(e: TriggerEntry) -> None:
-    """Refuse a key that nearly spells ``waitFor``, ``backend``, ``excludeTools`` or a model field."""
-    for where, source in (("run", e.run), ("on", e.on)):
+def cron_run_keys() -> tuple[str, ...]:
+    """A cron entry's run keys: its own, the shared ones but repository, and each forge's own (a function:
+    the forge routes import this module, so they cannot be asked while it loads)."""
+    shared = (k for k in RUN_KEYS[1:] if k != "repository")
+    forge_keys = (k for f in FORGES for k in f.router().cron_keys)
+    return ("kind", "folder", "task", "portfolio", *shared, *forge_keys)
+
+
+def refuse_unknown_keys(e: TriggerEntry, on_known: Collection[str], on_accepted: Sequence[str],
+                        run_known: Collection[str], run_accepted: Sequence[str]) -> None:
+    """Refuse the first key outside the known sets: a near miss of ``waitFor``, ``backend``,
+    ``excludeTools`` or a model field names that field (under ``on`` too), any other the nearest accepted."""
+    for where, source, known in (("run", e.run, run_known), ("on", e.on, on_known)):
         for key in source:
+            if key in known:
+                continue
             for spellings, exact, homoglyphs in _SWEEPS:
                 if where == "run" and key in exact:
                     continue
                 hit = near_miss(key, spellings, homoglyphs=homoglyphs)
                 if hit is not None:
-                    e.fail(f"{where}.{key}", f"is not a field; did you mean {spellings[hit]}? (a near miss "
-                                             "is refused rather than dropped)")
-    for name in ("tools", "noTools"):
-        # The agent's own option names: an allowlist would widen on every pin bump; narrowing only.
-        if name in e.run:
-            e.fail(f"run.{name}", "is not a field; accepted: run.excludeTools (narrowing only)")
+                    e.fail(f"{where}.{key}", f"is not a field; did you mean {spellings[hit]}?")
+            if where == "run" and key in ("tools", "noTools"):
+                # The agent's own option names: an allowlist would widen on every pin bump; narrowing only.
+                e.fail(f"run.{key}", "is not a field; accepted: run.excludeTools (narrowing only)")
+    e.refuse_unknown("run", run_known, run_accepted)
+    e.refuse_unknown("on", on_known, on_accepted)
 
 
 def flow_or_command(e: TriggerEntry) -> tuple[str | None, str | None]:
@@ -267,14 +292,12 @@ def _shared_fields(e: TriggerEntry) -> dict[str, Any]:
 
 
 def webhook_run(e: TriggerEntry) -> RunSpec:
-    """The validated ``run`` of a label/comment/pull_request/issue entry. ``run.github`` (cron-only) and
-    unknown keys are dropped; ``run.portfolio`` is refused (forge text must not steer a budget plan)."""
+    """The validated ``run`` of a label/comment/pull_request/issue entry. ``run.portfolio`` is refused by
+    name (forge text must not steer a budget plan); other keys are the key check's."""
     if "portfolio" in e.run:
         e.fail("run.portfolio", "is refused on webhook triggers; accepted: only on cron triggers")
     flow, command = flow_or_command(e)
-    fields = _shared_fields(e)
-    sweep_near_misses(e)
-    return RunSpec(flow=flow, command=command, **fields)
+    return RunSpec(flow=flow, command=command, **_shared_fields(e))
 
 
 def cron_run(e: TriggerEntry) -> dict[str, Any]:
@@ -288,7 +311,6 @@ def cron_run(e: TriggerEntry) -> dict[str, Any]:
     # Fields only a forge defines (its credentials for the local job, say), checked before the rest.
     forge_fields = {k: v for f in FORGES for k, v in f.router().cron_fields(e).items()}
     fields = _shared_fields(e)
-    sweep_near_misses(e)
     portfolio = strict_bool(e, "portfolio")
     if portfolio and command is not None:
         e.fail("run.portfolio", "true is refused beside run.command (a plan is written by a flow)")

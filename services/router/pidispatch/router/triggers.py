@@ -1,25 +1,35 @@
 """``triggers.json``: load, validate whole, group per forge.
 
 The file is the operator's reviewed allowlist, so any doubt refuses the whole file with one line naming
-the entry index, the field and what is accepted. A rule's identity is its raw array index (cron and
-disarmed entries counted), reported on every job as ``trigger.matched.index``. This module owns the file
-and the ``on`` half of each entry; ``runfields`` owns the ``run`` half.
+the entry index, the field and what is accepted. Every key is either implemented or refused: first each
+entry's values are checked (so a malformed value is named as such), then the fields this build parses but
+does not act on yet. A rule's identity is its raw array index, reported on every job as
+``trigger.matched.index``. This module owns the file and the ``on`` half of each entry; ``runfields``
+owns the ``run`` half.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from pidispatch import forges
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.log import get_logger
 from pidispatch.common.models import LOCAL_KIND
 from pidispatch.forges import FORGES
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.refusal import ID_RE, TriggerEntry, TriggerRefusal, integer, nonblank, trim
+from pidispatch.router.refusal import (
+    ID_RE,
+    NOT_SUPPORTED,
+    TriggerEntry,
+    TriggerRefusal,
+    integer,
+    nonblank,
+    trim,
+    unknown_key,
+)
 from pidispatch.router.rules import (
     CloseRule,
     CommentRule,
@@ -33,18 +43,25 @@ from pidispatch.router.rules import (
     RunSpec,
     pr_index,
 )
-from pidispatch.router.runfields import cron_run, webhook_run
+from pidispatch.router.runfields import (
+    REFUSED_RUN,
+    RUN_KEYS,
+    cron_run,
+    cron_run_keys,
+    refuse_unknown_keys,
+    webhook_run,
+)
+from pidispatch.router.triggerfile import TRIGGERS_MAX_BYTES, decode, read_regular
 
 # Re-exported: the matchers and the service import these names from here.
 __all__ = [
-    "FORGE_KINDS", "ForgeGroup", "Rules", "RulesRef", "RunSpec", "load_triggers", "parse_triggers",
+    "FORGE_KINDS", "TRIGGERS_MAX_BYTES", "ForgeGroup", "Rules", "RulesRef", "RunSpec", "load_triggers",
+    "parse_triggers",
 ]
 
 ON_TYPES = ("cron", "label", "comment", "pull_request", "issue")
 FORGE_KINDS = forges.names()
 RUN_KINDS = (LOCAL_KIND, *FORGE_KINDS)
-# A rules file is a few KiB; the cap bounds what a mistaken path (a log, an image) can cost to read.
-TRIGGERS_MAX_BYTES = 1024 * 1024
 SELECTORS = ("any", "all", "none")
 
 # Each forge's own action words: a word from another forge would load and never fire.
@@ -58,6 +75,25 @@ ISSUE_ACTIONS: dict[str, frozenset[str]] = {
 REVIEW_ACTION = "review_submitted"
 REVIEW_STATES = ("approved", "changes_requested", "commented")
 CRON_FIELDS = (5, 6)
+
+# The keys each level accepts, in the order the documentation lists them.
+FILE_KEYS = ("triggers",)
+ENTRY_KEYS = ("on", "run")
+ON_KEYS: dict[str, tuple[str, ...]] = {
+    "label": ("type", "any", "all", "none"),
+    "comment": ("type", "phrase"),
+    "pull_request": ("type", "action", "reviewState", "any", "all", "none", "number"),
+    "issue": ("type", "action", "number"),
+    "cron": ("type", "id", "pattern"),
+}
+# What this build parses but does not act on yet, and why: refused once the whole file has validated.
+REFUSED_ON_TYPES: dict[str, str] = {
+    "cron": "nothing here runs cron schedules: start the job with pi-dispatch run from the host's crontab",
+}
+REFUSED_ON: dict[str, str] = {
+    "once": "one-shot triggers: nothing disarms a rule after it fires",
+    "disarmed": "one-shot triggers: nothing disarms a rule after it fires",
+}
 
 Rule = LabelRule | CommentRule | PullRequestRule | CloseRule
 
@@ -74,7 +110,7 @@ def load_triggers(path: str) -> Rules:
     """Read and parse the file (blocking: call through ``asyncio.to_thread`` on a loop)."""
     name = os.path.basename(path) or path
     try:
-        raw = _read_regular(path)
+        raw = read_regular(path)
     except FileNotFoundError:
         raise ConfigError(
             f"PI_TRIGGERS_FILE {name}: file not found; accepted: a readable triggers.json "
@@ -94,60 +130,13 @@ def load_triggers(path: str) -> Rules:
     return parse_triggers(text, name)
 
 
-def _read_regular(path: str) -> bytes | None:
-    """The bytes of a regular file up to the cap, or None for anything else.
-
-    Opened non-blocking and checked with fstat on the open descriptor: a FIFO put in its place would
-    otherwise block the reading thread until a writer came, and a device could be read forever.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > TRIGGERS_MAX_BYTES:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 65536):
-            size += len(chunk)
-            if size > TRIGGERS_MAX_BYTES:
-                return None  # it grew while being read
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _decode(text: str) -> Any:
-    duplicates: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out and not duplicates:
-                duplicates.append(key)
-            out[key] = value
-        return out
-
-    def constant(word: str) -> NoReturn:
-        raise ValueError(f"{word} is not JSON")
-
-    try:
-        data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
-    except RecursionError:
-        raise TriggerRefusal("is nested too deeply; accepted: one JSON object") from None
-    except ValueError as exc:
-        where = f" (line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        raise TriggerRefusal(f"is not valid JSON{where}; accepted: one JSON object") from None
-    if duplicates:
-        # JSON keeps the last value silently, so the reviewed file and the running one would differ.
-        raise TriggerRefusal(f"key {duplicates[0]!r} is duplicated; accepted: each key once per object")
-    return data
-
-
 def _parse(text: str) -> Rules:
-    data = _decode(text)
+    data = decode(text)
     if not isinstance(data, dict) or not isinstance(data.get("triggers"), list):
         raise TriggerRefusal('must be an object with a "triggers" array')
+    for key in data:
+        if key not in FILE_KEYS:
+            raise TriggerRefusal(f"{key} {unknown_key(key, FILE_KEYS, '', 'at the top level')}")
     groups: dict[str, dict[str, Any]] = {
         k: {"label": [], "comment": None, "pull_request": [], "pr_close": [], "issue": []}
         for k in FORGE_KINDS
@@ -155,18 +144,21 @@ def _parse(text: str) -> Rules:
     cron: list[CronRule] = []
     cron_ids: dict[str, int] = {}
     known_flows: set[str] = set()
+    entries: list[TriggerEntry] = []
     for index, raw in enumerate(data["triggers"]):
         entry = _entry(index, raw)
+        _refuse_unknown(entry, before_values=True)
         if entry.is_cron:
             cron.append(_cron(entry, cron_ids))
-            continue
-        slot, rule = _ON_PARSERS[entry.on_type](entry)
-        # A disarmed one-shot was validated in full; it keeps its index and is matched by nothing.
-        if "disarmed" in entry.on:
-            continue
-        if rule.run.flow is not None:
-            known_flows.add(rule.run.flow)
-        _place(entry, groups[entry.kind], slot, rule)
+        else:
+            slot, rule = _ON_PARSERS[entry.on_type](entry)
+            if rule.run.flow is not None:
+                known_flows.add(rule.run.flow)
+            _place(entry, groups[entry.kind], slot, rule)
+        _refuse_unknown(entry, before_values=False)
+        entries.append(entry)
+    for entry in entries:
+        _refuse_unsupported(entry)
     built = {
         kind: ForgeGroup(
             label=tuple(g["label"]), comment=g["comment"], pull_request=tuple(g["pull_request"]),
@@ -177,6 +169,32 @@ def _parse(text: str) -> Rules:
         for kind, g in groups.items()
     }
     return Rules(**built, cron=tuple(cron), known_flows=frozenset(known_flows), count=len(data["triggers"]))
+
+
+def _refuse_unknown(e: TriggerEntry, *, before_values: bool) -> None:
+    """Before the values: a key no entry of any type knows (a typo: named before the value check can
+    misreport it as missing). After: a key another type knows but this one does not."""
+    on_accepted = ON_KEYS[e.on_type]
+    run_accepted = cron_run_keys() if e.is_cron else RUN_KEYS
+    if before_values:
+        on_known = {k for keys in ON_KEYS.values() for k in keys} | set(REFUSED_ON)
+        run_known = set(RUN_KEYS) | set(cron_run_keys()) | set(REFUSED_RUN)
+    else:
+        on_known, run_known = set(on_accepted) | set(REFUSED_ON), set(run_accepted) | set(REFUSED_RUN)
+    refuse_unknown_keys(e, on_known, on_accepted, run_known, run_accepted)
+
+
+def _refuse_unsupported(e: TriggerEntry) -> None:
+    if e.on_type in REFUSED_ON_TYPES:
+        e.fail("on.type", f"{e.on_type} {NOT_SUPPORTED} ({REFUSED_ON_TYPES[e.on_type]}); remove the entry")
+    e.refuse_listed("on", REFUSED_ON)
+    e.refuse_listed("run", REFUSED_RUN)
+
+
+def warn_if_empty(rules: Rules, file: str) -> None:
+    """An empty list loads (the rules may come after the router) but routes nothing: said at each load."""
+    if rules.count == 0:
+        get_logger().warning("triggers_empty", file=file)
 
 
 def _place(e: TriggerEntry, group: dict[str, Any], slot: str, rule: Rule) -> None:
@@ -193,6 +211,10 @@ def _place(e: TriggerEntry, group: dict[str, Any], slot: str, rule: Rule) -> Non
 def _entry(index: int, raw: Any) -> TriggerEntry:
     if not isinstance(raw, dict):
         raise TriggerRefusal(f"triggers[{index}] must be an object with object 'on' and object 'run'")
+    for key in raw:
+        if key not in ENTRY_KEYS:
+            problem = unknown_key(key, ENTRY_KEYS, "", "in a trigger")
+            raise TriggerRefusal(f"triggers[{index}].{key} {problem}")
     on, run = raw.get("on"), raw.get("run")
     if not isinstance(on, dict):
         raise TriggerRefusal(f"triggers[{index}].on must be an object")
@@ -331,10 +353,13 @@ def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
     """``on.number`` / ``on.once`` / ``on.disarmed``: legal only on close rules (issue, close-only PR)."""
     if not capable:
         where = "a cron trigger" if e.is_cron else f"this {e.on_type} trigger"
-        for field in ("number", "once", "disarmed"):
+        if "number" in e.on:
+            e.fail("on.number", f"is refused on {where}; accepted: only on issue and close-only pull_request "
+                                "triggers")
+        for field in ("once", "disarmed"):
             if field in e.on:
-                e.fail(f"on.{field}", f"is refused on {where}; accepted: only on issue and close-only "
-                                      "pull_request triggers")
+                e.fail(f"on.{field}", f"is refused on {where} (one-shot triggers are not supported by "
+                                      "pi-dispatch yet); remove it")
         return None, False
     number = None
     if "number" in e.on:
@@ -356,7 +381,7 @@ def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
 
 
 def _disarmed(e: TriggerEntry) -> None:
-    """The mark the worker writes when a one-shot fires; a corrupt one refuses rather than re-arms."""
+    """The mark a spent one-shot carries: validated like any value, then refused with one-shot triggers."""
     mark = e.on["disarmed"]
     if not isinstance(mark, dict):
         e.fail("on.disarmed", 'must be an object with a non-empty "at" and optionally a non-empty "jobId"')

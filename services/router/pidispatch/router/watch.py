@@ -15,7 +15,7 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
 from pidispatch.common.runtime import stopped
 from pidispatch.router.rules import RulesRef
-from pidispatch.router.triggers import load_triggers
+from pidispatch.router.triggers import load_triggers, warn_if_empty
 
 Signature = tuple[int, int, int, int]
 
@@ -58,6 +58,7 @@ async def watch_triggers(
             seen = current
             rules_ref.current = await asyncio.to_thread(load_triggers, path)
             log.info("triggers_reloaded", file=name, rules=rules_ref.current.count)
+            warn_if_empty(rules_ref.current, name)
         except ConfigError as exc:
             # The message names the entry index and field; the file is the operator's, not payload text.
             log.warning("triggers_reload_invalid", file=name, kept=True, error=str(exc))

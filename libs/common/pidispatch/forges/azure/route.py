@@ -36,6 +36,7 @@ class AzureRoute:
     # A work item names no repository, so its label and comment rules say which one a job clones.
     repository_on: tuple[str, ...] = ("label", "comment")
     item_number_note: str | None = None
+    cron_keys: tuple[str, ...] = ()
 
     def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
         return {}

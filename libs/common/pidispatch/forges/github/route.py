@@ -33,6 +33,7 @@ class GitHubRoute:
     pr_selectors_refused: str | None = None
     repository_on: tuple[str, ...] = ()
     item_number_note: str | None = None
+    cron_keys: tuple[str, ...] = (FORGE.name,)
 
     def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
         # run.github on a cron entry: the local job is given GitHub credentials.

@@ -31,6 +31,7 @@ class GitLabRoute:
     pr_selectors_refused: str | None = None
     repository_on: tuple[str, ...] = ()
     item_number_note: str | None = "the iid on GitLab"
+    cron_keys: tuple[str, ...] = ()
 
     def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
         return {}

@@ -1,0 +1,150 @@
+"""Environment variables pi-dispatch does not implement: refused at start unless explicitly allowed.
+
+A variable an operator sets is either read or refused, never silently ignored: a setting carried over
+from another deployment of the same harness would otherwise look configured and do nothing. Listing a
+name in ``PD_ALLOW_UNSUPPORTED`` starts anyway, with one warning; a name there that this table lacks is
+itself refused, so a typo cannot allow nothing. ``load_settings`` calls ``check_environment`` first, so
+every service and command that reads its settings gets the check.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+import msgspec
+
+from pidispatch.common.envnames import PROVIDER_KEY_VARS
+from pidispatch.common.errors import ConfigError
+
+ALLOW_VARIABLE = "PD_ALLOW_UNSUPPORTED"
+
+_SANDBOX = "unset it: every job runs in a throw-away folder under PI_JOBS_DIR"
+_SESSIONS = "unset it: no agent session is kept between jobs (run.resume is refused too)"
+_WAIT = "unset it: no job waits on conditions (run.waitFor is refused too)"
+_AUTH_SOURCE = "unset it: the forge's token variable is read as a personal access token"
+_HOST_BUDGET = "size PI_CONCURRENCY, PI_JOB_MEMORY and PI_JOB_CPUS to the host instead"
+_PROVIDER_KEYS = "unset it: provider keys come only from their own variables (ANTHROPIC_API_KEY, ...)"
+_SCOPED = "use the fleet-wide PI_DAILY_CAP, PI_WEEKLY_CAP and PI_MONTHLY_CAP instead"
+_BACKEND = "unset it: every job runs on this host's Docker daemon"
+_EGRESS = "unset it: no egress proxy is started; restrict egress at the host's firewall instead"
+_CHAIN = "unset it: a job never starts another job"
+
+# Each variable this project does not read, and what to do instead (one short phrase).
+UNSUPPORTED: dict[str, str] = {
+    "PI_AUTH_FROM_PI": _PROVIDER_KEYS,
+    "PI_CODING_AGENT_DIR": _PROVIDER_KEYS,
+    "PI_DAILY_COST_USD": "use PI_DAILY_CAP (jobs) or PI_DAILY_TOKEN_CAP (tokens) instead",
+    "PI_WEEKLY_COST_USD": "use PI_WEEKLY_CAP (jobs) instead",
+    "PI_MONTHLY_COST_USD": "use PI_MONTHLY_CAP (jobs) instead",
+    "PI_SANDBOX_DIR": _SANDBOX,
+    "PI_SANDBOX_RETENTION_HOURS": _SANDBOX,
+    "PI_SANDBOX_PIN_DAYS": _SANDBOX,
+    "PI_SANDBOX_IDLE_MINUTES": _SANDBOX,
+    "PI_SESSIONS_DIR": _SESSIONS,
+    "PI_SESSIONS_TTL_DAYS": _SESSIONS,
+    "PI_SESSION_MAX_BYTES": _SESSIONS,
+    "PI_SESSION_MAX_AGE_DAYS": _SESSIONS,
+    "PI_SESSION_MAX_RESUME_CHAIN": _SESSIONS,
+    "PI_SESSION_MAX_CONTEXT_PCT": _SESSIONS,
+    "PI_SESSIONS_ALLOW_GH_SOURCE": _SESSIONS,
+    "PI_SCOPED_LIMITS_FILE": _SCOPED,
+    "PI_PROJECTS_FILE": _SCOPED,
+    "PI_SETTINGS_FILE": "set each setting as its own environment variable instead",
+    "PI_GLOBAL_PI_DIR": "build shared agent files into PI_JOB_IMAGE instead",
+    "PI_GLOBAL_ALLOW_EXTENSIONS": "build extensions into PI_JOB_IMAGE instead",
+    "PI_SECRET_RESOLVER_ROOTS": "give each resolver's absolute path in PI_SECRET_PROFILES instead",
+    "PI_WAIT_PROFILES": _WAIT,
+    "PI_WAIT_CHECK_TIMEOUT_MS": _WAIT,
+    "PI_WAIT_INTERVAL_MS": _WAIT,
+    "PI_WAIT_CHECK_SLOTS": _WAIT,
+    "PI_WAIT_MAX_MS": _WAIT,
+    "PI_WAIT_AFTER_MAX_MS": _WAIT,
+    "PI_WAIT_MAX_CHECKS": _WAIT,
+    "PI_WAIT_MAX_FAULTS": _WAIT,
+    "PI_SCHEDULER_STALL_MAX": "unset it: no scheduler runs (cron triggers are refused too)",
+    "PI_BACKENDS": _BACKEND,
+    "PI_BACKEND_FLOOR": _BACKEND,
+    "PI_EGRESS": _EGRESS,
+    "PI_EGRESS_PROXY": _EGRESS,
+    "PI_MODEL_ENDPOINTS_FILE": "unset it: each provider is reached at its default endpoint",
+    "PI_CHAIN_DEPTH_MAX": _CHAIN,
+    "PI_CHAIN_MAX_PER_JOB": _CHAIN,
+    "PI_HOST_MEMORY_BUDGET": _HOST_BUDGET,
+    "PI_HOST_CPU_BUDGET": _HOST_BUDGET,
+    "PI_HOST_RESERVE_MEMORY": _HOST_BUDGET,
+    "PI_HOST_RESERVE_CPUS": _HOST_BUDGET,
+    "GITLAB_AUTH_SOURCE": _AUTH_SOURCE,
+    "FORGEJO_AUTH_SOURCE": _AUTH_SOURCE,
+    "AZURE_AUTH_SOURCE": _AUTH_SOURCE,
+    "RECEIVER_IDENTITY_RETRY_SECONDS": "use PD_IDENTITY_RETRY_SECONDS instead",
+}
+
+# Every variable a process of this project reads (the documentation's table of honoured variables), so
+# an allow-list naming one is told it is implemented rather than unknown.
+HONOURED: tuple[str, ...] = (
+    "REDIS_URL", "VALKEY_URL", "REDIS_PASSWORD", "VALKEY_PASSWORD", "PD_KEY_PREFIX", "PD_LOG_LEVEL",
+    ALLOW_VARIABLE, "PD_EVENTS_MAXLEN", "PD_CLAIM_IDLE_MS", "PD_MAX_DELIVERIES", "PD_FAULT_INJECT",
+    "WEBHOOK_SECRET", "WEBHOOK_SECRET_PREVIOUS", "RECEIVER_PORT", "RECEIVER_BIND", "PD_SPOOL_DIR",
+    "PD_SPOOL_MAX_BYTES", "GITLAB_WEBHOOK_MODE", "GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS",
+    "FORGEJO_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET_PREVIOUS", "AZURE_WEBHOOK_MODE", "AZURE_WEBHOOK_SECRET",
+    "AZURE_WEBHOOK_SECRET_PREVIOUS", "AZURE_WEBHOOK_HEADER",
+    "PI_TRIGGERS_FILE", "PD_ROUTER_NAME", "PD_IDENTITY_RETRY_SECONDS",
+    "GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_PAT_VAR", "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID",
+    "GITHUB_APP_PRIVATE_KEY", "GITHUB_APP_PRIVATE_KEY_PATH", "GITHUB_API_URL", "GITHUB_SELF_ID",
+    "GITLAB_URL", "GITLAB_TOKEN", "GITLAB_SELF_ID", "FORGEJO_URL", "FORGEJO_TOKEN", "FORGEJO_BOT_ID",
+    "AZURE_ORG_URL", "AZURE_TOKEN", "AZURE_GRAPH_URL", "AZURE_SELF_ID", "AZURE_SELF_EMAIL",
+    "PI_WORKER_NAME", "PI_CONCURRENCY", "PD_HOST_BEAT_MS", "PD_HOST_TTL_MS", "PI_JOB_IMAGE", "PI_JOB_USER",
+    "PI_JOB_MEMORY", "PI_JOB_CPUS", "PI_JOB_TIMEOUT", "PI_SHUTDOWN_GRACE", "PI_LOGS_DIR", "PI_JOBS_DIR",
+    "PI_CAPTURE_JOB_LOGS", "PI_LOG_RETENTION_DAYS", "PI_SWEEP_INTERVAL_HOURS", "PI_RETRY_ATTEMPTS",
+    "PI_RETRY_BASE_MS", "PI_ON_FAILURE", "PI_ON_FAILURE_TIMEOUT_MS", "PI_PAUSE_WINDOWS_FILE",
+    "PI_DAILY_CAP", "PI_WEEKLY_CAP", "PI_MONTHLY_CAP", "PI_SOFT_HOLD_PCT", "PI_DAILY_TOKEN_CAP",
+    "PI_MAX_TOKENS", "PI_MAX_COST_USD",
+    "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_ALLOWED_MODELS", "PI_FORWARD_ENV", "PI_SECRET_PROFILES",
+    "PI_SECRET_RESOLVE_TIMEOUT_MS", *(name for names in PROVIDER_KEY_VARS.values() for name in names),
+)
+
+# Names already reported by this process: load_settings may run more than once in one (pi-dispatch dev).
+_warned: set[str] = set()
+
+
+def allowed_unsupported(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Pure: the table's variables set (non-blank) in ``env`` that the allow-list names, in table order.
+
+    Raises ``ConfigError`` for an allow-list entry outside the table, then for the first set variable
+    the allow-list does not name."""
+    allow = [n.strip() for n in (env.get(ALLOW_VARIABLE) or "").split(",") if n.strip()]
+    for name in allow:
+        if name not in UNSUPPORTED:
+            raise ConfigError(f"{ALLOW_VARIABLE} names {name!r}, {_not_listed(name)}")
+    found = [name for name in UNSUPPORTED if (env.get(name) or "").strip()]
+    for name in found:
+        if name not in allow:
+            raise ConfigError(f"{name} is set but pi-dispatch does not implement it; {UNSUPPORTED[name]} "
+                              f"(or list it in {ALLOW_VARIABLE} to start anyway)")
+    return tuple(found)
+
+
+def _not_listed(name: str) -> str:
+    if name in HONOURED:
+        return "which pi-dispatch implements; accepted: only names it does not implement (remove this one)"
+    close = difflib.get_close_matches(name.upper(), list(UNSUPPORTED), n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"which is not a variable pi-dispatch refuses{hint} accepted: names from docs/configuration.md"
+
+
+def check_environment(env: Mapping[str, str]) -> None:
+    """Refuse (exit 2) an unimplemented variable that is set, or warn once about the allowed ones.
+
+    The warning is one JSON line on stderr: this runs before logging is configured, and inside commands
+    whose stdout is a script's input."""
+    names = [n for n in allowed_unsupported(env) if n not in _warned]
+    if not names:
+        return
+    _warned.update(names)
+    line = {"event": "unsupported_variable_allowed", "level": "warning", "names": names,
+            "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+    sys.stderr.write(msgspec.json.encode(line).decode() + "\n")
+    sys.stderr.flush()
