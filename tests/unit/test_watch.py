@@ -15,9 +15,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.filewatch import signature
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.triggers import TRIGGERS_MAX_BYTES, load_triggers
-from pidispatch.router.watch import signature, watch_triggers
+from pidispatch.router.watch import watch_triggers
 from tests.support.polling import wait_for
 
 LABEL = {"on": {"type": "label", "any": ["pi:go"]}, "run": {"kind": "github", "flow": "fix"}}

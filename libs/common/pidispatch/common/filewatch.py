@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from pidispatch.common.errors import ConfigError
@@ -29,16 +29,22 @@ def signature(path: str) -> Signature | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _nothing(_: object) -> Mapping[str, object]:
+    return {}
+
+
 async def watch_file(
     path: str, load: Callable[[str], T], swap: Callable[[T], None], stop: asyncio.Event, *, what: str,
-    interval: float = 0.25, debounce: float = 0.15,
+    interval: float = 0.25, debounce: float = 0.15, fields: Callable[[T], Mapping[str, object]] = _nothing,
+    first: Mapping[str, object] | None = None,
 ) -> None:
     """Call ``swap(load(path))`` whenever ``path`` changes and loads, until ``stop``. Never raises: a
-    failure is logged as ``<what>_reload_invalid`` (the message names the field) and the last good stays."""
+    failure is logged as ``<what>_reload_invalid`` (the message names the field) and the last good stays.
+    ``fields`` adds to the reload line what the new value holds; ``first`` to the start line."""
     log = get_logger()
     name = os.path.basename(path) or path
     seen = await asyncio.to_thread(signature, path)
-    log.info(f"{what}_watching", file=name)
+    log.info(f"{what}_watching", file=name, **(first or {}))
     while not await stopped(stop, interval):
         try:
             current = await asyncio.to_thread(signature, path)
@@ -53,8 +59,9 @@ async def watch_file(
                 seen = None
                 continue
             seen = current
-            swap(await asyncio.to_thread(load, path))
-            log.info(f"{what}_reloaded", file=name)
+            loaded = await asyncio.to_thread(load, path)
+            swap(loaded)
+            log.info(f"{what}_reloaded", file=name, **fields(loaded))
         except ConfigError as exc:
             log.warning(f"{what}_reload_invalid", file=name, kept=True, error=str(exc))
         except Exception as exc:  # the watcher must outlive anything a filesystem can do
