@@ -8,6 +8,7 @@ from pathlib import Path
 
 import aiodocker
 import msgspec
+from structlog.testing import capture_logs
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
@@ -55,8 +56,11 @@ async def test_a_hook_that_is_not_executable_is_logged_and_the_job_still_finishe
     script.chmod(0o644)
     env = {**env, "PI_ON_FAILURE": str(script), "PI_RETRY_ATTEMPTS": "1"}
     job = issue_job("exit=1")
-    async with running_worker(env, redis, keys, docker) as (settings, _, _):
-        await enqueue(redis, keys, job)
-        assert (await record(settings, job))["outcome"] == "failed"
-        await wait_for(lambda: _state_is(redis, keys, job.id, b"failed"), what="the terminal state")
+    with capture_logs() as logs:
+        async with running_worker(env, redis, keys, docker) as (settings, _, _):
+            await enqueue(redis, keys, job)
+            assert (await record(settings, job))["outcome"] == "failed"
+            await wait_for(lambda: _state_is(redis, keys, job.id, b"failed"), what="the terminal state")
+            await wait_for(lambda: [e for e in logs if e["event"] == "on_failure"], what="the hook's line")
+    assert [(e["job"], e["detail"]) for e in logs if e["event"] == "on_failure"] == [(job.id, "not-executable")]
     assert not log.exists()
