@@ -62,5 +62,6 @@ async def test_a_hook_that_is_not_executable_is_logged_and_the_job_still_finishe
             assert (await record(settings, job))["outcome"] == "failed"
             await wait_for(lambda: _state_is(redis, keys, job.id, b"failed"), what="the terminal state")
             await wait_for(lambda: [e for e in logs if e["event"] == "on_failure"], what="the hook's line")
-    assert [(e["job"], e["detail"]) for e in logs if e["event"] == "on_failure"] == [(job.id, "not-executable")]
+    lines = [(e["job"], e["detail"]) for e in logs if e["event"] == "on_failure"]
+    assert lines == [(job.id, "not-executable")]
     assert not log.exists()
