@@ -44,10 +44,9 @@ BUDGET_TOKENS_TTL_S = BUDGET_DAY_TTL_S  # the daily token counter lives as long 
 # attempt after a crash finds it and takes no second slot; a give-back after it expired gives nothing.
 SCOPED_CLAIM_TTL_S = BUDGET_DAY_TTL_S
 # Scoped concurrency leases: held for this long past the last renewal, renewed three times as often, so a
-# crashed worker's slot frees within a minute; a job over the ceiling comes back this much later.
+# crashed worker's slot frees within a minute (a job over a ceiling comes back DEFER_MS later).
 SCOPED_LEASE_TTL_MS = 60_000
 SCOPED_LEASE_RENEW_S = 20.0
-SCOPED_DEFER_MS = 5_000
 
 # Routing: a host is routed to only with evidence of life, three missed beats (stricter
 # than the 90 s row TTL, because a job routed onto a dead host's stream waits for the rerouter). The
