@@ -22,7 +22,7 @@ ELSEWHERE = Job(id="f-2", kind=OTHER, repo="owner/app")
 LOCAL = Job(id="local-1", kind="local", repo="local:app", folder="/srv/work/app")
 
 
-def limits(*rows: dict[str, object], version: int = 2) -> str:
+def limits(*rows: object, version: int = 2) -> str:
     return json.dumps({"version": version, "limits": list(rows)})
 
 
