@@ -125,3 +125,23 @@ def test_a_bad_limits_file_refuses_the_start(env: dict[str, str], tmp_path: Path
     )
     assert proc.returncode == 2
     assert "limits[0].dayUsd is not implemented" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+async def test_a_good_edit_applies_and_a_bad_one_keeps_the_last_good_limits(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    first, second = issue_job("exit=0", number=1), issue_job("exit=0", number=2)
+    path = limits_file(tmp_path, first, day=5)
+    worker_env = {**env, "PI_SCOPED_LIMITS_FILE": str(path)}
+    with capture_logs() as logs:
+        async with running_worker(worker_env, redis, keys, docker) as (settings, _, _):
+            await wait_for(lambda: any(e["event"] == "scoped_limits_watching" for e in logs), 10)
+            path.write_text(json.dumps({"version": 1, "limits": [{"scope": first.repo, "day": 0}]}))
+            await wait_for(lambda: any(e["event"] == "scoped_limits_reloaded" for e in logs), 10)
+            path.write_text(json.dumps({"version": 1, "limits": [{"scope": first.repo, "day": "lots"}]}))
+            await wait_for(lambda: any(e["event"] == "scoped_limits_reload_invalid" for e in logs), 10)
+            await enqueue(redis, keys, second)
+            rec = await record(settings, second)
+    assert (rec["outcome"], rec["reason"]) == ("policy", "scope-cap")  # day: 0 kept, the bad edit ignored
+    [bad] = [e for e in logs if e["event"] == "scoped_limits_reload_invalid"]
+    assert "limits[0].day is refused" in bad["error"] and bad["kept"] is True

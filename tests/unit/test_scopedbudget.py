@@ -7,16 +7,20 @@ import asyncio
 import datetime as dt
 import json
 
+import pytest
+
 from pidispatch import forges
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker import scopedlease
 from pidispatch.worker.budget import Reservation
 from pidispatch.worker.outcome import JobRefusal
 from pidispatch.worker.scopedbudget import reserve_all, scoped_windows
 from pidispatch.worker.scopedlease import lease_sets, take_lease
 from pidispatch.worker.scopedlimits import ScopedLimit, parse_limits, rows_for
+from tests.support.polling import poll_until
 
 NOW = int(dt.datetime(2026, 12, 3, 12, tzinfo=dt.UTC).timestamp() * 1000)
 FORGE = forges.names()[0]
@@ -137,3 +141,23 @@ async def test_local_leases_count_one_hosts_folder(redis: Redis, keys: Keys) -> 
 async def test_a_job_without_a_ceiling_takes_no_lease(redis: Redis, keys: Keys) -> None:
     lease = await take_lease(redis, keys, rows({"scope": "owner/app", "day": 1}), job(1), "host-a")
     assert lease is not None and lease.sets == () and lease.renewer is None
+
+
+async def test_a_held_lease_is_renewed_until_released(
+    redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scopedlease, "SCOPED_LEASE_RENEW_S", 0.05)
+    limits = rows({"scope": "owner/app", "concurrent": 1})
+    [(key, _)] = lease_sets(rows_for(limits, job(1)), job(1), keys, "host-a")
+    lease = await take_lease(redis, keys, limits, job(1), "host-a")
+    assert lease is not None
+    first = await redis.zscore(key, "j-1")
+    assert first is not None
+
+    async def renewed() -> bool:
+        score = await redis.zscore(key, "j-1")
+        return score is not None and score > first
+
+    assert await poll_until(renewed, 5)
+    await lease.release()
+    assert lease.renewer is None and await redis.zscore(key, "j-1") is None
