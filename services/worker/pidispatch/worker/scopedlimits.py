@@ -132,9 +132,9 @@ def _count(raw: object, where: str, key: str) -> int | None:
 
 def _scope(raw: object, where: str, version: int) -> tuple[str | None, str | None, str | None]:
     """(forge, repository, folder) of a scope, exactly one of repository and folder set."""
-    qualified = " or <forge>:owner/name" if version >= 2 else ""
-    accepted = f"accepted: owner/name{qualified} or an absolute folder (version 2 adds <forge>:owner/name, " \
-               f"forge one of {', '.join(forges.names())})"
+    qualified = "<forge>:owner/name" if version >= 2 else "(with version 2) <forge>:owner/name"
+    accepted = f"accepted: owner/name, {qualified} with forge one of {', '.join(forges.names())}, " \
+               "or an absolute folder"
     if not isinstance(raw, str) or not raw:
         raise ConfigError(f"{where} is refused; {accepted}")
     if raw.startswith("/"):
