@@ -40,6 +40,13 @@ BUDGET_DAY_TTL_S = 2 * DAY_S
 BUDGET_WEEK_TTL_S = 9 * DAY_S
 BUDGET_MONTH_TTL_S = 40 * DAY_S
 BUDGET_TOKENS_TTL_S = BUDGET_DAY_TTL_S  # the daily token counter lives as long as a day window
+# A scoped reservation's claim (one per job attempt) lives as long as a day window: a re-run of the same
+# attempt after a crash finds it and takes no second slot; a give-back after it expired gives nothing.
+SCOPED_CLAIM_TTL_S = BUDGET_DAY_TTL_S
+# Scoped concurrency leases: held for this long past the last renewal, renewed three times as often, so a
+# crashed worker's slot frees within a minute (a job over a ceiling comes back DEFER_MS later).
+SCOPED_LEASE_TTL_MS = 60_000
+SCOPED_LEASE_RENEW_S = 20.0
 
 # Routing: a host is routed to only with evidence of life, three missed beats (stricter
 # than the 90 s row TTL, because a job routed onto a dead host's stream waits for the rerouter). The
@@ -200,6 +207,24 @@ class Keys:
 
     def budget_tokens(self, day: str) -> str:
         return self._k("budget", "t", day)
+
+    def budget_scoped_day(self, digest: str, day: str) -> str:
+        """A scoped row's day window; ``digest`` names the row (``ScopedLimit.digest``)."""
+        return self._k("budget", "s", digest, day)
+
+    def budget_scoped_week(self, digest: str, monday: str) -> str:
+        return self._k("budget", "s", digest, "w", monday)
+
+    def budget_scoped_month(self, digest: str, month: str) -> str:
+        return self._k("budget", "s", digest, "m", month)
+
+    def budget_scoped_claim(self, job_id: str, attempt: int) -> str:
+        """The scoped counters one attempt incremented (newline-separated), so it never takes them twice."""
+        return self._k("budget", "claim", str(attempt), job_id)
+
+    def scoped_lease(self, digest: str) -> str:
+        """A scoped row's running jobs: a sorted set of job ids scored by when their lease runs out (ms)."""
+        return self._k("lease", "s", digest)
 
     def leader(self, role: str) -> str:
         return self._k("leader", role)

@@ -85,6 +85,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     monthly_cap: int | None = None
     soft_hold_pct: int | None = None
     daily_token_cap: int | None = None
+    # Per-repository and per-folder limits (worker.scopedlimits): a JSON file, validated by the worker.
+    scoped_limits_file: str | None = None
     # Per-job dollar cap (PI_MAX_COST_USD) in micro-dollars; a trigger's run.maxCostUsd may only lower it.
     max_cost_micros: int | None = None
 
@@ -186,6 +188,7 @@ class _SpendPart(TypedDict):
     monthly_cap: int | None
     soft_hold_pct: int | None
     daily_token_cap: int | None
+    scoped_limits_file: str | None
     max_cost_micros: int | None
 
 
@@ -319,6 +322,7 @@ def _spend_part(env: Mapping[str, str]) -> _SpendPart:
         monthly_cap=_optional_int(env, "PI_MONTHLY_CAP", 0, 100_000_000),
         soft_hold_pct=_optional_int(env, "PI_SOFT_HOLD_PCT", 1, 99),
         daily_token_cap=_optional_int(env, "PI_DAILY_TOKEN_CAP", 0, 10**15),
+        scoped_limits_file=os.path.expanduser(f) if (f := _get(env, "PI_SCOPED_LIMITS_FILE")) else None,
         max_cost_micros=None if max_cost is None else parse_usd("PI_MAX_COST_USD", max_cost),
     )
 

@@ -27,7 +27,7 @@ _WAIT = "unset it: no job waits on conditions (run.waitFor is refused too)"
 _AUTH_SOURCE = "unset it: the forge's token variable is read as a personal access token"
 _HOST_BUDGET = "size PI_CONCURRENCY, PI_JOB_MEMORY and PI_JOB_CPUS to the host instead"
 _PROVIDER_KEYS = "unset it: provider keys come only from their own variables (ANTHROPIC_API_KEY, ...)"
-_SCOPED = "use the fleet-wide PI_DAILY_CAP, PI_WEEKLY_CAP and PI_MONTHLY_CAP instead"
+_PROJECTS = "give each repository or folder its own row in PI_SCOPED_LIMITS_FILE instead"
 _BACKEND = "unset it: every job runs on this host's Docker daemon"
 _EGRESS = "unset it: no egress proxy is started; restrict egress at the host's firewall instead"
 _CHAIN = "unset it: a job never starts another job"
@@ -50,8 +50,7 @@ UNSUPPORTED: dict[str, str] = {
     "PI_SESSION_MAX_RESUME_CHAIN": _SESSIONS,
     "PI_SESSION_MAX_CONTEXT_PCT": _SESSIONS,
     "PI_SESSIONS_ALLOW_GH_SOURCE": _SESSIONS,
-    "PI_SCOPED_LIMITS_FILE": _SCOPED,
-    "PI_PROJECTS_FILE": _SCOPED,
+    "PI_PROJECTS_FILE": _PROJECTS,
     "PI_SETTINGS_FILE": "set each setting as its own environment variable instead",
     "PI_GLOBAL_PI_DIR": "build shared agent files into PI_JOB_IMAGE instead",
     "PI_GLOBAL_ALLOW_EXTENSIONS": "build extensions into PI_JOB_IMAGE instead",
@@ -101,7 +100,7 @@ HONOURED: tuple[str, ...] = (
     "PI_CAPTURE_JOB_LOGS", "PI_LOG_RETENTION_DAYS", "PI_SWEEP_INTERVAL_HOURS", "PI_RETRY_ATTEMPTS",
     "PI_RETRY_BASE_MS", "PI_ON_FAILURE", "PI_ON_FAILURE_TIMEOUT_MS", "PI_PAUSE_WINDOWS_FILE",
     "PI_DAILY_CAP", "PI_WEEKLY_CAP", "PI_MONTHLY_CAP", "PI_SOFT_HOLD_PCT", "PI_DAILY_TOKEN_CAP",
-    "PI_MAX_TOKENS", "PI_MAX_COST_USD",
+    "PI_SCOPED_LIMITS_FILE", "PI_MAX_TOKENS", "PI_MAX_COST_USD",
     "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_ALLOWED_MODELS", "PI_FORWARD_ENV", "PI_SECRET_PROFILES",
     "PI_SECRET_RESOLVE_TIMEOUT_MS", *(name for names in PROVIDER_KEY_VARS.values() for name in names),
 )

@@ -13,6 +13,7 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pidispatch.common.keys import (
     BUDGET_DAY_TTL_S,
@@ -88,14 +89,20 @@ async def _add(redis: Redis, found: Sequence[Window], amount: int) -> list[int]:
     return [int(n) for n in counts]
 
 
+class Releasable(Protocol):
+    async def release(self) -> bool: ...
+
+
 @dataclass
 class Reservation:
-    """Slots taken in each active window by one attempt; ``release`` gives them back at most once."""
+    """Slots taken in each active window by one attempt; ``release`` gives them back at most once.
+    ``scoped`` is the attempt's scoped reservation, given back with it."""
 
     redis: Redis
     windows: tuple[Window, ...]
     counts: tuple[int, ...]
     released: bool = False
+    scoped: Releasable | None = None
     _spent: bool = field(default=False, repr=False)
 
     async def release(self) -> bool:
@@ -107,6 +114,8 @@ class Reservation:
         if self._spent:
             return False
         self._spent = True
+        if self.scoped is not None:  # guarded by its own claim: safe to call again after a fault here
+            await self.scoped.release()
         await _add(self.redis, self.windows, -1)
         self.released = True
         return True

@@ -22,6 +22,7 @@ from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.pausewindows import PauseWindow
 from pidispatch.worker.runner import Abort
+from pidispatch.worker.scopedlimits import ScopedLimit
 
 
 @dataclass
@@ -47,6 +48,8 @@ class WorkerContext:
     hook: FailureHook | None = None
     # Quiet hours (PI_PAUSE_WINDOWS_FILE), swapped whole by the file's watcher.
     pause_windows: tuple[PauseWindow, ...] = ()
+    # Scoped limits (PI_SCOPED_LIMITS_FILE), swapped whole by the file's watcher.
+    scoped_limits: tuple[ScopedLimit, ...] = ()
 
     @property
     def host(self) -> str:

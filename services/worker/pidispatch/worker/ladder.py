@@ -4,7 +4,7 @@ the container runs last.
 Rows that apply in this build (numbered as in docs/worker.md): image preflight and its labels (5, 6),
 secrets (12), the forge token for this one repository (13), default-branch protection (14), the local
 folder or the clone of the tip and the job folder (15), the daily token cap (16), the budget reservation
-(18), the container (19), its classification (20).
+(18, scoped windows first), the container (19), its classification (20).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Job
+from pidispatch.common.models import Job, job_from_fields
 from pidispatch.forges import FORGES
 from pidispatch.worker import budget
 from pidispatch.worker.clone import clone_tip
@@ -30,6 +30,7 @@ from pidispatch.worker.local import inspect_folder, local_user
 from pidispatch.worker.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
 from pidispatch.worker.preflight import image_refusal, inspect_image
 from pidispatch.worker.runner import DockerUnavailable, RunResult, classify, run_container
+from pidispatch.worker.scopedbudget import reserve_all
 from pidispatch.worker.secrets import resolve_secrets
 from pidispatch.worker.workspace import prepare_workspace, remove_workspace
 
@@ -167,9 +168,10 @@ async def _spend(
     capped = await budget.token_cap_refusal(ctx.redis, ctx.keys, s, ctx.clock())
     if capped is not None:
         return refuse(job, capped.reason)
-    reserved = await budget.reserve(ctx.redis, ctx.keys, s, ctx.clock())
+    attempt = job_from_fields(held.fields)[1]
+    reserved = await reserve_all(ctx.redis, ctx.keys, s, ctx.scoped_limits, job, attempt, ctx.clock())
     if isinstance(reserved, JobRefusal):
-        # A refused reservation is not given back: the record says the slot stays counted.
+        # A refused global reservation is not given back (the record says so); ``scope-cap`` took nothing.
         return refuse(job, reserved.reason, budget_reserved=reserved.budget_reserved)
     spend.reservation = reserved
     name = container_name(job.id)

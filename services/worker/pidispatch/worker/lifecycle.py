@@ -38,6 +38,7 @@ from pidispatch.worker.runner import (
     follow,
     remove_job_containers,
 )
+from pidispatch.worker.scopedlease import take_lease
 from pidispatch.worker.workspace import remove_workspace
 
 TERMINAL_STATES = frozenset({"completed", "policy", "failed"})
@@ -69,7 +70,7 @@ async def process(ctx: WorkerContext, held: Held) -> None:
             return
         if await forward_if_unservable(ctx, held, job):
             return
-        await _attempt(ctx, held, job, attempt)
+        await _leased_attempt(ctx, held, job, attempt)
     except (DockerUnavailable, RedisError, RegistryUnreachable) as exc:
         raise Hold(exc) from None
 
@@ -282,9 +283,10 @@ async def _mark_terminal_and_ack(ctx: WorkerContext, held: Held, job_id: str, fi
         await pipe.execute()
 
 
-async def _defer(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
-    """Back to ``pd:delayed`` for a few seconds without using an attempt (its folder is busy here)."""
-    get_logger().info("job_deferred", job=job.id, why="folder-busy")
+async def _defer(ctx: WorkerContext, held: Held, job: Job, attempt: int, why: str = "folder-busy") -> None:
+    """Back to ``pd:delayed`` for a few seconds without using an attempt (its folder is busy here, or a
+    scoped ceiling is reached)."""
+    get_logger().info("job_deferred", job=job.id, why=why)
     await _until_done(ctx, lambda: delayed.schedule(
         ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
         stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=DEFER_MS,
@@ -335,3 +337,22 @@ async def _dead(ctx: WorkerContext, held: Held, reason: str) -> None:
             ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
             reason=reason, deliveries=deliveries, fields=held.fields,
         )
+
+
+# ---- scoped concurrency ceilings (PI_SCOPED_LIMITS_FILE "concurrent") -------------------------------
+
+
+async def _leased_attempt(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
+    """The attempt inside its scoped leases; at a ceiling the job goes back to ``pd:delayed`` using no
+    attempt and recording nothing. A Redis fault raises (the job is held)."""
+    if not ctx.scoped_limits:
+        await _attempt(ctx, held, job, attempt)
+        return
+    lease = await take_lease(ctx.redis, ctx.keys, ctx.scoped_limits, job, ctx.host)
+    if lease is None:
+        await _defer(ctx, held, job, attempt, why="scope-concurrent")
+        return
+    try:
+        await _attempt(ctx, held, job, attempt)
+    finally:
+        await lease.release()

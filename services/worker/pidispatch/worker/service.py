@@ -40,6 +40,7 @@ from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.pausewindows import PauseWindow, load_windows
 from pidispatch.worker.reaper import reap_strays
 from pidispatch.worker.runner import DockerUnavailable
+from pidispatch.worker.scopedlimits import ScopedLimit, load_limits
 from pidispatch.worker.upkeep import SlotKey, Upkeep
 from pidispatch.worker.workspace import ensure_jobs_dir
 
@@ -91,6 +92,9 @@ class Worker:
         windows_file = self.settings.pause_windows_file
         if windows_file is not None:  # a bad file refuses the start (exit 2); a bad edit keeps these
             self.ctx.pause_windows = await asyncio.to_thread(load_windows, windows_file)
+        limits_file = self.settings.scoped_limits_file
+        if limits_file is not None:  # likewise
+            self.ctx.scoped_limits = await asyncio.to_thread(load_limits, limits_file)
         if not await self._ensure_groups():
             return
         self.log.info(
@@ -110,6 +114,11 @@ class Worker:
             background.append(asyncio.create_task(watch_file(
                 windows_file, load_windows, self._swap_windows, self.stop, what="pause_windows",
             )))
+        if limits_file is not None:
+            background.append(asyncio.create_task(watch_file(
+                limits_file, load_limits, self._swap_limits, self.stop, what="scoped_limits",
+                fields=lambda rows: {"rows": len(rows)}, first={"rows": len(self.ctx.scoped_limits)},
+            )))
         try:
             await self._loop()
         finally:
@@ -123,6 +132,9 @@ class Worker:
 
     def _swap_windows(self, windows: tuple[PauseWindow, ...]) -> None:
         self.ctx.pause_windows = windows
+
+    def _swap_limits(self, limits: tuple[ScopedLimit, ...]) -> None:
+        self.ctx.scoped_limits = limits
 
     async def _ensure_groups(self) -> bool:
         backoff = Backoff()
