@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pidispatch.common.luascript import Script as Script  # re-exported: callers name the class from here
 
-
 # ---- receiver and router --------------------------------------------------------------------------
 
 # Is ARGV[1] (a 6-byte digest) in any of KEYS[first..last] (strings of digests end to end)? A match must
