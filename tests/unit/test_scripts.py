@@ -10,8 +10,9 @@ from redis.exceptions import RedisError
 
 from pidispatch.common import scripts
 from pidispatch.common.keys import Keys
+from pidispatch.common.luascript import Script
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.common.scripts import TRIM_MARK, Script
+from pidispatch.common.scripts import TRIM_MARK
 
 
 def registered() -> list[Script]:

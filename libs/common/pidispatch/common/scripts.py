@@ -6,7 +6,7 @@ NOSCRIPT).
 
 from __future__ import annotations
 
-from pidispatch.common.luascript import Script as Script  # re-exported: callers name the class from here
+from pidispatch.common.luascript import Script
 
 # ---- receiver and router --------------------------------------------------------------------------
 
