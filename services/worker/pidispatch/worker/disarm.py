@@ -106,8 +106,11 @@ async def disarm(path: str, job: Job, now_ms: int) -> str:
         get_logger().error("disarm_failed", job=job.id, index=index, reason="internal-error",
                            error=type(exc).__name__)
         return "internal-error"
-    if outcome in ("disarmed", "already-disarmed"):
-        get_logger().info("trigger_disarmed", job=job.id, index=index, outcome=outcome)
+    if outcome == "disarmed":
+        get_logger().info("trigger_disarmed", job=job.id, index=index)
+    elif outcome in ("already-disarmed", "disarmed-by-another"):
+        # Spent already (a repeat after a crash, or the job refused once-already-spent): nothing to do.
+        get_logger().info("trigger_disarm_skipped", job=job.id, index=index, reason=outcome)
     else:
         get_logger().warning("disarm_failed", job=job.id, index=index, reason=outcome)
     return outcome
