@@ -68,6 +68,5 @@ async def test_a_once_rule_runs_one_job_then_disarms_and_refuses_the_next(
     assert (refused["outcome"], refused["reason"]) == ("policy", "once-already-spent")
     assert refused["exitCode"] is None
     assert path.read_text() == marked  # the refused job spends nothing and writes nothing
-    skipped = [e for e in logs if e["event"] == "trigger_disarm_skipped"]
-    assert [(e["job"], e["reason"]) for e in skipped] == [(second.id, "disarmed-by-another")]
-    assert not [e for e in logs if e["event"] == "disarm_failed"]
+    # Its refusal spends nothing of the rule, so it does not even try to write.
+    assert not [e for e in logs if e["event"] in ("trigger_disarm_skipped", "disarm_failed")]

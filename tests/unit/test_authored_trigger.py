@@ -75,10 +75,16 @@ def test_a_local_job_or_one_without_a_trigger_is_not_checked() -> None:
 
 
 def test_only_a_once_job_that_started_or_ended_for_good_disarms() -> None:
-    assert should_disarm(job(), started=True, final=False)
-    assert should_disarm(job(), started=False, final=True)
-    assert not should_disarm(job(), started=False, final=False)
-    assert not should_disarm(job(once=None), started=True, final=True)
+    assert should_disarm(job(), None, started=True, final=False)
+    assert should_disarm(job(), "container-exit-1", started=True, final=False)
+    assert should_disarm(job(), "unprotected-branch", started=False, final=True)
+    assert not should_disarm(job(), "workspace-fault", started=False, final=False)
+    assert not should_disarm(job(once=None), None, started=True, final=True)
+
+
+@pytest.mark.parametrize("reason", ["once-already-spent", "trigger-skew"])
+def test_a_refusal_the_file_itself_gave_does_not_spend_the_rule(reason: str) -> None:
+    assert not should_disarm(job(), reason, started=False, final=True)
 
 
 TEXT = json.dumps(file_of(once_entry()), indent=2) + "\n"

@@ -22,12 +22,18 @@ from pidispatch.common.models import Job
 from pidispatch.worker.authored import entry_at, matched_of, read_text, same_rule
 from pidispatch.worker.splice import add_on_key
 
+# Refusals that say the job no longer belongs to its rule as the file is now: they spend nothing of it.
+NOT_SPENDING = frozenset({"once-already-spent", "trigger-skew"})
 
-def should_disarm(job: Job, *, started: bool, final: bool) -> bool:
+
+def should_disarm(job: Job, reason: str | None, *, started: bool, final: bool) -> bool:
     """A ``once`` job's rule is spent once a container started for it (it may have cost money) or its
-    attempt ended for good (the one shot was taken, whatever came of it). Pure."""
+    attempt ended for good (the one shot was taken, whatever came of it), unless the file itself refused
+    the job (``NOT_SPENDING``). Pure."""
     matched = matched_of(job)
-    return matched is not None and matched.once is True and (started or final)
+    if matched is None or matched.once is not True or reason in NOT_SPENDING:
+        return False
+    return started or final
 
 
 def disarmed_text(text: str, job: Job, at: str) -> tuple[str | None, str]:

@@ -261,7 +261,7 @@ async def _after_record(
     again = (retry and outcome == "failed" and reason not in NOT_RETRIED
              and attempt < ctx.settings.retry_attempts)
     # After the record and before the ack: a crash in between re-runs this step, which is idempotent.
-    if should_disarm(job, started=started, final=not again):
+    if should_disarm(job, reason, started=started, final=not again):
         await disarm(ctx.settings.triggers_file, job, ctx.clock())
     if again:
         delay_ms = ctx.settings.retry_base_ms * 2 ** (attempt - 1)
