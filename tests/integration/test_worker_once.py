@@ -1,9 +1,11 @@
-"""A one-shot trigger end to end with a real worker, Redis and Docker: the rule's first job runs and its
-entry in the triggers file gets ``on.disarmed`` with that job's id (every other byte kept); a second job of
-the same rule is refused ``once-already-spent`` before any container starts."""
+"""The triggers file as the worker reads it before spend, end to end with a real worker, Redis and Docker:
+a one-shot rule's first job runs and its entry gets ``on.disarmed`` with that job's id (every other byte
+kept); a second job of the same rule is refused ``once-already-spent`` before any container starts; a rule
+narrowed after its job was queued refuses that job ``trigger-skew``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +72,19 @@ async def test_a_once_rule_runs_one_job_then_disarms_and_refuses_the_next(
     assert path.read_text() == marked  # the refused job spends nothing and writes nothing
     # Its refusal spends nothing of the rule, so it does not even try to write.
     assert not [e for e in logs if e["event"] in ("trigger_disarm_skipped", "disarm_failed")]
+
+
+async def test_a_rule_narrowed_after_its_job_was_queued_refuses_it_trigger_skew(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    path = tmp_path / "triggers.json"
+    narrowed = {"on": {"type": "label", "any": ["bug"]},
+                "run": {"kind": "github", "flow": "triage", "models": ["anthropic/claude-sonnet-4"]}}
+    path.write_text(json.dumps({"triggers": [narrowed]}))
+    job = issue_job("exit=0")  # queued from triggers[0] before run.models was added
+    with capture_logs() as logs:
+        async with running_worker({**env, "PI_TRIGGERS_FILE": str(path)}, redis, keys, docker) as (s, _, _):
+            await enqueue(redis, keys, job)
+            rec = await record(s, job)
+    assert (rec["outcome"], rec["reason"], rec["budgetReserved"]) == ("policy", "trigger-skew", False)
+    assert not started(logs, job)

@@ -37,8 +37,14 @@ def read_text(path: str) -> str | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > TRIGGERS_MAX_BYTES:
             return None
-        raw = os.read(fd, TRIGGERS_MAX_BYTES + 1)
-        return raw.decode("utf-8") if len(raw) <= TRIGGERS_MAX_BYTES else None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > TRIGGERS_MAX_BYTES:
+                return None  # it grew while being read
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     finally:
