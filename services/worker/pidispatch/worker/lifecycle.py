@@ -250,7 +250,14 @@ async def _conclude(
     # Docker unreachable here is a hold: the next pass finds the record, removes, then acks.
     await remove_job_containers(ctx.docker, job.id, owner or ctx.host)
     await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry,
-                        started=done.result is not None or done.reason == "worker-lost")
+                        started=_may_have_spent(done))
+
+
+def _may_have_spent(done: AttemptOutcome) -> bool:
+    # A container ran (the runtime never starting the runner is not a run) or one was lost mid-run.
+    if done.result is not None:
+        return done.reason != "container-never-started"
+    return done.reason == "worker-lost"
 
 
 async def _after_record(
