@@ -104,6 +104,24 @@ def test_a_disarmed_entry_is_still_validated_in_full() -> None:
     assert "triggers[0].run.image" in refusal(spent)
 
 
+def test_a_one_shot_close_rule_loads_with_once() -> None:
+    rules = parse(on("issue", action=["closed"], number=40, once=True),
+                  on("pull_request", "gitlab", action=["close"], number=5, once=True))
+    assert rules.github.issue[0].once is True and rules.gitlab.pr_close[0].once is True
+
+
+def test_a_disarmed_one_shot_is_matched_by_nothing_but_keeps_its_index() -> None:
+    spent = on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED)
+    rules = parse(spent, LABEL)
+    assert rules.github.issue == () and rules.count == 2
+    assert [r.index for r in rules.github.label] == [1]
+
+
+def test_a_disarmed_mark_without_once_is_refused() -> None:
+    assert "triggers[0].on.disarmed requires on.once true" in refusal(
+        on("issue", action=["closed"], number=40, disarmed=DISARMED))
+
+
 def test_close_rules_carry_actions_and_number() -> None:
     gitlab_close = on("pull_request", "gitlab", action=["close"], number=5)
     rules = parse(ISSUE, PR_CLOSE, gitlab_close)
@@ -206,17 +224,9 @@ UNSUPPORTED: list[tuple[str, Any, str]] = [
      "the job with pi-dispatch run from the host's crontab); remove the entry"),
     ("cron_command", {"on": CRON["on"], "run": {"kind": "local", "folder": "/srv", "command": "standup"}},
      "triggers[1].on.type cron is not supported by pi-dispatch yet"),
-    ("issue_once", on("issue", action=["closed"], number=40, once=True),
-     "triggers[1].on.once is not supported by pi-dispatch yet (one-shot triggers: nothing disarms a rule "
-     "after it fires); remove it"),
-    ("issue_once_false", on("issue", action=["closed"], once=False), "triggers[1].on.once is not supported"),
-    ("pr_close_once", on("pull_request", "gitlab", action=["close"], number=5, once=True),
-     "triggers[1].on.once is not supported"),
-    ("disarmed", on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED),
-     "triggers[1].on.once is not supported"),
     ("label_once", on("label", any=["x"], once=True),
-     "triggers[1].on.once is refused on this label trigger (one-shot triggers are not supported by "
-     "pi-dispatch yet); remove it"),
+     "triggers[1].on.once is refused on this label trigger; accepted: only on issue and close-only "
+     "pull_request triggers"),
 ]
 
 
@@ -488,7 +498,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "triggers"
 def test_an_example_using_every_honoured_field_loads() -> None:
     path = EXAMPLES / "every-forge.json"
     rules = load_triggers(str(path))
-    assert rules.count == 9 and rules.cron == ()
+    assert rules.count == 11 and rules.cron == ()
     entries = json.loads(path.read_text())["triggers"]
     used_on = {(e["on"]["type"], key) for e in entries for key in e["on"]}
     used_run = {key for e in entries for key in e["run"]}

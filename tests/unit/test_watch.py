@@ -16,9 +16,11 @@ from structlog.testing import capture_logs
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.filewatch import signature
+from pidispatch.common.models import Job, Matched, Target, Trigger
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.triggers import TRIGGERS_MAX_BYTES, load_triggers
 from pidispatch.router.watch import watch_triggers
+from pidispatch.worker.disarm import disarm_file
 from tests.support.polling import wait_for
 
 LABEL = {"on": {"type": "label", "any": ["pi:go"]}, "run": {"kind": "github", "flow": "fix"}}
@@ -73,6 +75,20 @@ async def test_an_atomic_rename_is_reloaded(path: Path) -> None:
     async with watching(path) as (ref, _):
         replace(path, triggers(1).replace("fix0", "fix9"))  # same size: the inode tells
         await wait_for(lambda: ref.current.github.label[0].run.flow == "fix9", 5, what="the rename")
+
+
+async def test_the_workers_disarm_mark_is_reloaded_as_an_entry_that_matches_nothing(path: Path) -> None:
+    one_shot = {"on": {"type": "issue", "action": ["closed"], "number": 40, "once": True},
+                "run": {"kind": "github", "flow": "deploy"}}
+    path.write_text(json.dumps({"triggers": [LABEL, one_shot]}, indent=2))
+    matched = Matched(index=1, type="issue", action="closed", number=40, once=True)
+    job = Job(id="gh-spent", kind="github", repo="octo/repo", target=Target(type="issue", number=40),
+              flow="deploy", trigger=Trigger(event="issues", matched=matched))
+    async with watching(path) as (ref, _):
+        assert ref.current.github.issue[0].once is True
+        assert disarm_file(str(path), job, "2026-05-01T10:00:00Z") == "disarmed"
+        await wait_for(lambda: ref.current.github.issue == (), 5, what="the mark to be reloaded")
+        assert ref.current.count == 2 and [r.index for r in ref.current.github.label] == [0]
 
 
 async def test_a_bad_edit_keeps_the_last_good_rules_until_it_is_fixed(path: Path) -> None:

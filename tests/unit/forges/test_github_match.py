@@ -26,6 +26,7 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
+from pidispatch.router.triggers import parse_triggers
 from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999
@@ -428,6 +429,18 @@ def test_only_a_literal_true_verdict_opens_a_close(verdict: Any) -> None:
 
 def test_a_close_of_another_item_is_close_number_not_matched() -> None:
     assert decide_on("issues", issue_closed(41), ONE_SHOT, closer=True) == Drop("close-number-not-matched")
+
+
+def test_a_loaded_one_shot_fires_once_armed_and_nothing_once_the_worker_marked_it_disarmed() -> None:
+    entry = {"on": {"type": "issue", "action": ["closed"], "number": 40, "once": True},
+             "run": {"kind": "github", "flow": "deploy"}}
+    armed = parse_triggers(json.dumps({"triggers": [entry]}))
+    fired = decide_on("issues", issue_closed(), armed, closer=True)
+    assert isinstance(fired, Fire) and fired.job.trigger is not None
+    assert fired.job.trigger.matched is not None and fired.job.trigger.matched.once is True
+    entry["on"]["disarmed"] = {"at": "2026-05-01T10:00:00Z", "jobId": fired.job.id}
+    spent = parse_triggers(json.dumps({"triggers": [entry]}))
+    assert decide_on("issues", issue_closed(), spent, closer=True) == Drop("no-matching-close-trigger")
 
 
 def test_the_closer_lookup_is_wanted_only_for_a_close_a_rule_wants() -> None:

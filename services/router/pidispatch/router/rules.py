@@ -100,7 +100,7 @@ class PullRequestRule(msgspec.Struct, frozen=True, kw_only=True):
 
 class CloseRule(msgspec.Struct, frozen=True, kw_only=True):
     """An ``issue`` rule, or a close-only ``pull_request`` rule; ``number`` arms it for one item.
-    ``once`` is always False in loaded rules: the loader refuses one-shot triggers for now."""
+    ``once`` rides the job's ``matched.once``: the worker disarms the entry after the job's run."""
 
     index: int
     actions: frozenset[str]
@@ -157,7 +157,8 @@ class Rules(msgspec.Struct, frozen=True, kw_only=True):
     """Every forge has a group, used or not, so a filter never needs a presence check. One field per
     forge, named after it: generic code reads ``group(name)``, a forge's own filter its field.
 
-    Every entry is in exactly one group (the loader refuses the cron and disarmed entries it parses).
+    Every entry but a cron or a disarmed one is in exactly one group (the loader refuses cron entries,
+    and a disarmed one keeps its index in ``count`` only).
     """
 
     github: ForgeGroup

@@ -82,18 +82,15 @@ ENTRY_KEYS = ("on", "run")
 ON_KEYS: dict[str, tuple[str, ...]] = {
     "label": ("type", "any", "all", "none"),
     "comment": ("type", "phrase"),
-    "pull_request": ("type", "action", "reviewState", "any", "all", "none", "number"),
-    "issue": ("type", "action", "number"),
+    "pull_request": ("type", "action", "reviewState", "any", "all", "none", "number", "once", "disarmed"),
+    "issue": ("type", "action", "number", "once", "disarmed"),
     "cron": ("type", "id", "pattern"),
 }
 # What this build parses but does not act on yet, and why: refused once the whole file has validated.
 REFUSED_ON_TYPES: dict[str, str] = {
     "cron": "nothing here runs cron schedules: start the job with pi-dispatch run from the host's crontab",
 }
-REFUSED_ON: dict[str, str] = {
-    "once": "one-shot triggers: nothing disarms a rule after it fires",
-    "disarmed": "one-shot triggers: nothing disarms a rule after it fires",
-}
+REFUSED_ON: dict[str, str] = {}
 
 Rule = LabelRule | CommentRule | PullRequestRule | CloseRule
 
@@ -152,6 +149,11 @@ def _parse(text: str) -> Rules:
             cron.append(_cron(entry, cron_ids))
         else:
             slot, rule = _ON_PARSERS[entry.on_type](entry)
+            if "disarmed" in entry.on:
+                # A spent one-shot: validated in full, matched by nothing, its index kept (explain lists it).
+                _refuse_unknown(entry, before_values=False)
+                entries.append(entry)
+                continue
             if rule.run.flow is not None:
                 known_flows.add(rule.run.flow)
             _place(entry, groups[entry.kind], slot, rule)
@@ -358,8 +360,8 @@ def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
                                 "triggers")
         for field in ("once", "disarmed"):
             if field in e.on:
-                e.fail(f"on.{field}", f"is refused on {where} (one-shot triggers are not supported by "
-                                      "pi-dispatch yet); remove it")
+                e.fail(f"on.{field}", f"is refused on {where}; accepted: only on issue and close-only "
+                                      "pull_request triggers")
         return None, False
     number = None
     if "number" in e.on:
@@ -381,7 +383,7 @@ def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
 
 
 def _disarmed(e: TriggerEntry) -> None:
-    """The mark a spent one-shot carries: validated like any value, then refused with one-shot triggers."""
+    """The mark the worker writes on a spent one-shot (``at``, ``jobId``): the entry then matches nothing."""
     mark = e.on["disarmed"]
     if not isinstance(mark, dict):
         e.fail("on.disarmed", 'must be an object with a non-empty "at" and optionally a non-empty "jobId"')

@@ -1,7 +1,8 @@
 """The pre-spend ladder: every check that costs nothing runs before anything that costs something, and
 the container runs last.
 
-Rows that apply in this build (numbered as in docs/worker.md): image preflight and its labels (5, 6),
+Rows that apply in this build (numbered as in docs/worker.md): the authored trigger now, a spent
+one-shot or a narrowed rule (1, 2), image preflight and its labels (5, 6),
 secrets (12), the forge token for this one repository (13), default-branch protection (14), the local
 folder or the clone of the tip and the job folder (15), the daily token cap (16), the budget reservation
 (18, scoped windows first), the container (19), its classification (20).
@@ -19,6 +20,7 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_from_fields
 from pidispatch.forges import FORGES
 from pidispatch.worker import budget
+from pidispatch.worker.authored import authored_refusal
 from pidispatch.worker.clone import clone_tip
 from pidispatch.worker.container import SpecRefused, build_spec, container_name, resolve_image
 from pidispatch.worker.context import Held, WorkerContext, set_state
@@ -89,6 +91,9 @@ def settle_result(result: RunResult, *, budget_reserved: bool) -> AttemptOutcome
 async def run_ladder(ctx: WorkerContext, held: Held, job: Job, spend: Spend) -> AttemptOutcome:
     """One attempt. Refusals return; ``InfraFault`` and ``DockerUnavailable``/``RedisError`` propagate."""
     s = ctx.settings
+    authored = await authored_refusal(s.triggers_file, job)
+    if authored is not None:
+        return refuse(job, authored)
     try:
         image = resolve_image(job, s)
     except ValueError:

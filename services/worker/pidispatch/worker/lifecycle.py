@@ -26,6 +26,7 @@ from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead, wire
 from pidispatch.worker.answers import answer_for, post_answer
 from pidispatch.worker.context import Held, WorkerContext, set_state
+from pidispatch.worker.disarm import disarm, should_disarm
 from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
@@ -115,7 +116,8 @@ async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int
         log.info("job_already_recorded", job=job.id)
         # A crash between the record and the container's removal left it behind: remove it first.
         await remove_job_containers(ctx.docker, job.id, ctx.host)
-        await _after_record(ctx, held, job, attempt, prior.outcome, prior.reason, retry=not prior.final)
+        await _after_record(ctx, held, job, attempt, prior.outcome, prior.reason, retry=not prior.final,
+                            started=prior.launched)
         return True
     started_ms = prior.started_ms or ctx.clock()
     if held.origin == "peer" and not prior.launched:
@@ -248,14 +250,28 @@ async def _conclude(
     crash_point("worker_after_record")
     # Docker unreachable here is a hold: the next pass finds the record, removes, then acks.
     await remove_job_containers(ctx.docker, job.id, owner or ctx.host)
-    await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry)
+    await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry,
+                        started=_may_have_spent(done))
+
+
+def _may_have_spent(done: AttemptOutcome) -> bool:
+    # A container ran (the runtime never starting the runner is not a run) or one was lost mid-run.
+    if done.result is not None:
+        return done.reason != "container-never-started"
+    return done.reason == "worker-lost"
 
 
 async def _after_record(
-    ctx: WorkerContext, held: Held, job: Job, attempt: int, outcome: str, reason: str | None, *, retry: bool
+    ctx: WorkerContext, held: Held, job: Job, attempt: int, outcome: str, reason: str | None, *, retry: bool,
+    started: bool,
 ) -> None:
     log = get_logger()
-    if retry and outcome == "failed" and reason not in NOT_RETRIED and attempt < ctx.settings.retry_attempts:
+    again = (retry and outcome == "failed" and reason not in NOT_RETRIED
+             and attempt < ctx.settings.retry_attempts)
+    # After the record and before the ack: a crash in between re-runs this step, which is idempotent.
+    if should_disarm(job, reason, started=started, final=not again):
+        await disarm(ctx.settings.triggers_file, job, ctx.clock())
+    if again:
         delay_ms = ctx.settings.retry_base_ms * 2 ** (attempt - 1)
         await _until_done(ctx, lambda: delayed.schedule(
             ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,

@@ -13,7 +13,7 @@ _REPOSITORY, _FOLDER = "this repository", "this folder"
 # Pre-spend refusals, one per reason token. ``{scope}`` is the repository, or the folder of a
 # local job; it is the only placeholder and is filled from the two constants above.
 REFUSALS: dict[str, str] = {
-    "once-already-spent": "this one-shot trigger has already started a job",
+    "once-already-spent": "this one-shot trigger has already been spent by another job",
     "trigger-skew": "the trigger that queued this job has changed since, and the job no longer matches it",
     "wait-skew": "the trigger now waits for a condition this job was queued without",
     "backend-unblessed": "the job names a container backend this worker is not allowed to use",
