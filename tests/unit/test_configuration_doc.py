@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from pidispatch.common.unsupported import HONOURED, UNSUPPORTED
-from pidispatch.router.runfields import REFUSED_RUN, RUN_KEYS
+from pidispatch.router.runfields import REFUSED_RUN, RUN_KEYS, cron_run_keys
 from pidispatch.router.triggers import ENTRY_KEYS, FILE_KEYS, ON_KEYS, REFUSED_ON, REFUSED_ON_TYPES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -29,7 +29,8 @@ def _types(cell: str) -> frozenset[str]:
 
 FIELDS = [(NAME.fullmatch(f).group(1), _types(t), status, why)  # type: ignore[union-attr]
           for f, t, status, why in _table("triggers.json")]
-WEBHOOK_TYPES = frozenset(t for t in ON_KEYS if t not in REFUSED_ON_TYPES)
+ON_TYPES = frozenset(t for t in ON_KEYS if t not in REFUSED_ON_TYPES)
+WEBHOOK_TYPES = ON_TYPES - {"cron"}
 
 
 def _rows(prefix: str, status: str) -> list[tuple[str, frozenset[str], str]]:
@@ -51,7 +52,7 @@ def test_the_file_and_entry_keys_are_the_loaders() -> None:
 def test_the_on_keys_honoured_per_type_are_the_loaders() -> None:
     documented = {(key, types) for key, types, _ in _rows("on.", "honoured")}
     accepted: dict[str, set[str]] = {}
-    for on_type in WEBHOOK_TYPES:
+    for on_type in ON_TYPES:
         for key in ON_KEYS[on_type]:
             accepted.setdefault(key, set()).add(on_type)
     assert documented == {(key, frozenset(types)) for key, types in accepted.items()}
@@ -71,6 +72,13 @@ def test_the_run_keys_are_the_loaders_for_every_webhook_type_with_the_refusal_re
     assert [key for key, _, _ in honoured] == list(RUN_KEYS)
     assert {key: why for key, _, why in refused} == REFUSED_RUN
     assert {types for _, types, _ in honoured + refused} == {WEBHOOK_TYPES}
+
+
+def test_the_cron_run_keys_are_the_loaders_in_order() -> None:
+    rows = _table("Cron triggers")
+    assert [NAME.fullmatch(f).group(1) for f, _, _ in rows] == [  # type: ignore[union-attr]
+        f"run.{key}" for key in cron_run_keys()
+    ]
 
 
 VARIABLES = [(tuple(NAME.findall(names)), status, why)

@@ -101,6 +101,9 @@ class Trigger(msgspec.Struct, kw_only=True, omit_defaults=True, rename="camel"):
     matched: Matched | None = None
     comment: dict[str, Any] | None = None
     review: dict[str, Any] | None = None
+    # A cron trigger's job: the schedule's ``on.id`` and ``on.pattern`` (event is "cron").
+    id: str | None = None
+    pattern: str | None = None
 
 
 # The kind of a job that runs on a folder of its host; every other kind is a forge's name (pidispatch.forges).

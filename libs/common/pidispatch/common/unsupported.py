@@ -63,7 +63,9 @@ UNSUPPORTED: dict[str, str] = {
     "PI_WAIT_AFTER_MAX_MS": _WAIT,
     "PI_WAIT_MAX_CHECKS": _WAIT,
     "PI_WAIT_MAX_FAULTS": _WAIT,
-    "PI_SCHEDULER_STALL_MAX": "unset it: no scheduler runs (cron triggers are refused too)",
+    "PI_SCHEDULER_STALL_MAX": (
+        "unset it: no stall guard runs (a scheduled job whose worker died fails like any job)"
+    ),
     "PI_BACKENDS": _BACKEND,
     "PI_BACKEND_FLOOR": _BACKEND,
     "PI_EGRESS": _EGRESS,

@@ -110,8 +110,8 @@ class CloseRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CronRule(msgspec.Struct, frozen=True, kw_only=True):
-    """A validated cron entry. None is in loaded rules for now: nothing runs cron schedules, so the
-    loader refuses cron entries once the file's values are valid."""
+    """A validated cron entry: each worker whose disk has ``run["folder"]`` serves it (worker
+    ``schedules``); the router only validates it."""
 
     index: int
     id: str
@@ -157,7 +157,7 @@ class Rules(msgspec.Struct, frozen=True, kw_only=True):
     """Every forge has a group, used or not, so a filter never needs a presence check. One field per
     forge, named after it: generic code reads ``group(name)``, a forge's own filter its field.
 
-    Every entry but a cron or a disarmed one is in exactly one group (the loader refuses cron entries,
+    Every entry but a cron or a disarmed one is in exactly one group (cron entries are in ``cron``,
     and a disarmed one keeps its index in ``count`` only).
     """
 

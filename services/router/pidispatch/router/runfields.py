@@ -18,7 +18,15 @@ from pidispatch.common.models import FLOW_RE, LOCAL_KIND
 from pidispatch.common.settings import image_ref_ok
 from pidispatch.forges import FORGES
 from pidispatch.router.modelref import model_fields
-from pidispatch.router.refusal import ID_RE, TriggerEntry, integer, js_length, nonblank, unpadded
+from pidispatch.router.refusal import (
+    ID_RE,
+    NOT_SUPPORTED,
+    TriggerEntry,
+    integer,
+    js_length,
+    nonblank,
+    unpadded,
+)
 from pidispatch.router.rules import RunSpec
 from pidispatch.router.waitfor import wait_for
 
@@ -45,7 +53,6 @@ REFUSED_RUN: dict[str, str] = {
     "resume": "no worker keeps an agent session to resume",
     "waitFor": "no worker holds a job until its conditions hold",
 }
-
 # Near misses: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
 # field under ``run`` is legal; under ``on`` every spelling is refused (these are properties of the run).
 _WAIT_SPELLINGS = {"waitfor": "run.waitFor"}
@@ -318,6 +325,19 @@ def cron_run(e: TriggerEntry) -> dict[str, Any]:
     out = {"kind": LOCAL_KIND, "folder": run["folder"], "task": run.get("task"), **forge_fields,
            "portfolio": portfolio, **_camel(spec)}
     return {k: v for k, v in out.items() if v is not None}
+
+
+def refused_cron_true() -> dict[str, str]:
+    """Cron run switches the local job does not act on yet: true is refused (false or absent loads). A
+    function: the forges' router halves import this module."""
+    forge_keys = {k: "no local job is given forge credentials" for f in FORGES for k in f.router().cron_keys}
+    return {**forge_keys, "portfolio": "no worker writes a budget plan for a scheduled job"}
+
+
+def refuse_cron_switches(e: TriggerEntry) -> None:
+    for key, why in refused_cron_true().items():
+        if e.run.get(key) is True:
+            e.fail(f"run.{key}", f"true {NOT_SUPPORTED} ({why}); accepted: false or absent")
 
 
 _CAMEL = {"skills_dir": "skillsDir", "secrets_profile": "secretsProfile", "wait_for": "waitFor",

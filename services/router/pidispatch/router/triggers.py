@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pidispatch import forges
+from pidispatch.common.cronpattern import valid_pattern
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import LOCAL_KIND
@@ -48,6 +49,7 @@ from pidispatch.router.runfields import (
     RUN_KEYS,
     cron_run,
     cron_run_keys,
+    refuse_cron_switches,
     refuse_unknown_keys,
     webhook_run,
 )
@@ -74,7 +76,6 @@ ISSUE_ACTIONS: dict[str, frozenset[str]] = {
 }
 REVIEW_ACTION = "review_submitted"
 REVIEW_STATES = ("approved", "changes_requested", "commented")
-CRON_FIELDS = (5, 6)
 
 # The keys each level accepts, in the order the documentation lists them.
 FILE_KEYS = ("triggers",)
@@ -87,9 +88,7 @@ ON_KEYS: dict[str, tuple[str, ...]] = {
     "cron": ("type", "id", "pattern"),
 }
 # What this build parses but does not act on yet, and why: refused once the whole file has validated.
-REFUSED_ON_TYPES: dict[str, str] = {
-    "cron": "nothing here runs cron schedules: start the job with pi-dispatch run from the host's crontab",
-}
+REFUSED_ON_TYPES: dict[str, str] = {}
 REFUSED_ON: dict[str, str] = {}
 
 Rule = LabelRule | CommentRule | PullRequestRule | CloseRule
@@ -191,6 +190,8 @@ def _refuse_unsupported(e: TriggerEntry) -> None:
         e.fail("on.type", f"{e.on_type} {NOT_SUPPORTED} ({REFUSED_ON_TYPES[e.on_type]}); remove the entry")
     e.refuse_listed("on", REFUSED_ON)
     e.refuse_listed("run", REFUSED_RUN)
+    if e.is_cron:
+        refuse_cron_switches(e)
 
 
 def warn_if_empty(rules: Rules, file: str) -> None:
@@ -246,8 +247,9 @@ def _cron(e: TriggerEntry, seen: dict[str, int]) -> CronRule:
         e.fail("on.id", f"{cron_id!r} is already used by triggers[{seen[cron_id]}]; accepted: unique ids")
     seen[cron_id] = e.index
     pattern = e.on.get("pattern")
-    if not nonblank(pattern) or len(trim(pattern).split()) not in CRON_FIELDS:
-        e.fail("on.pattern", "must be a cron pattern of 5 or 6 space-separated fields")
+    if not nonblank(pattern) or not valid_pattern(trim(pattern)):
+        e.fail("on.pattern", "must be a cron pattern of 5 or 6 space-separated fields (minute hour day month "
+                             "weekday, or seconds first)")
     _one_shot(e, capable=False)
     return CronRule(index=e.index, id=cron_id, pattern=pattern, run=cron_run(e))
 

@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
+from typing import TYPE_CHECKING
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
@@ -27,6 +28,9 @@ from pidispatch.common.secret import Secret
 from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
 from pidispatch.worker.git import GIT_TIMEOUT, GIT_TIMEOUT_S, GIT_UNAVAILABLE, SHA_RE, git, neutral_filters
 from pidispatch.worker.outcome import InfraFault, JobRefusal
+
+if TYPE_CHECKING:
+    from pidispatch.common.redis import Redis
 
 _PRINTABLE_ASCII_RE = re.compile(r"^[\x21-\x7e]+$")
 MAX_TURNS_RANGE = (1, 10_000)
@@ -287,32 +291,13 @@ async def enqueue_local(
     """
     from redis.exceptions import AuthenticationError, RedisError
 
-    from pidispatch.common.dedup import remembered
     from pidispatch.common.errors import InfraError
-    from pidispatch.common.keys import DEDUP_WINDOW_MS, REDIS_OP_TIMEOUT_S
+    from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
     from pidispatch.common.redis import auth_refused, bounded, create_redis
-    from pidispatch.common.runtime import now_ms
-    from pidispatch.common.scripts import ENQUEUE
 
     redis = create_redis(url, password)
-    pairs = list(chain.from_iterable(job_to_fields(job).items()))
-
-    async def enqueue() -> tuple[str, str, bytes | str | None]:
-        known = remembered(keys.jobid, job.id, job.enqueued_at or now_ms())
-        reply = await ENQUEUE(
-            redis,
-            [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
-            [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, *pairs],
-        )
-        status, value = (text(r) for r in reply)
-        if status == "queued":
-            return status, value, None
-        return status, value, await redis.hget(keys.job(value), "state")
-
     try:
-        status, value, raw = await bounded(enqueue(), 2 * REDIS_OP_TIMEOUT_S)
-        if status == "queued":
-            return "queued", job.id, "queued"
+        return await bounded(enqueue_once(redis, keys, stream, job), 2 * REDIS_OP_TIMEOUT_S)
     except AuthenticationError:
         raise auth_refused(url) from None
     except (RedisError, OSError, TimeoutError) as exc:
@@ -322,6 +307,25 @@ async def enqueue_local(
         ) from None
     finally:
         await redis.aclose()
+
+
+async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple[str, str, str]:
+    """The ENQUEUE call on an open client: (``queued``|``duplicate``, job id, state). Redis errors
+    propagate. The job id is the dedup key, so every caller racing with the same id queues one job."""
+    from pidispatch.common.dedup import remembered
+    from pidispatch.common.keys import DEDUP_WINDOW_MS
+    from pidispatch.common.runtime import now_ms
+    from pidispatch.common.scripts import ENQUEUE
+
+    pairs = list(chain.from_iterable(job_to_fields(job).items()))
+    known = remembered(keys.jobid, job.id, job.enqueued_at or now_ms())
+    reply = await ENQUEUE(
+        redis,
+        [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
+        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, *pairs],
+    )
+    status, value = (text(r) for r in reply)
+    if status == "queued":
+        return "queued", job.id, "queued"
+    raw = await redis.hget(keys.job(value), "state")
     return "duplicate", value, text(raw) if raw else "queued"
-
-

@@ -40,6 +40,7 @@ from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.pausewindows import PauseWindow, load_windows
 from pidispatch.worker.reaper import reap_strays
 from pidispatch.worker.runner import DockerUnavailable
+from pidispatch.worker.schedules import start_schedules
 from pidispatch.worker.scopedlimits import ScopedLimit, load_limits
 from pidispatch.worker.upkeep import SlotKey, Upkeep
 from pidispatch.worker.workspace import ensure_jobs_dir
@@ -97,6 +98,11 @@ class Worker:
             self.ctx.scoped_limits = await asyncio.to_thread(load_limits, limits_file)
         if not await self._ensure_groups():
             return
+        own_stream = self.streams[0]  # this host's stream when it has a name, else the shared one
+        schedules = await start_schedules(self.ctx.env, self.redis, self.keys, own_stream, self.ctx.clock,
+                                          self.stop)
+        if schedules is not None:
+            self.upkeep.scheduler = schedules[0]
         self.log.info(
             "worker_started", concurrency=self.settings.concurrency, image=self.settings.job_image,
             streams=len(self.streams), retry_attempts=self.settings.retry_attempts,
@@ -109,6 +115,7 @@ class Worker:
             asyncio.create_task(self.upkeep.run_cancel_poll()),
             asyncio.create_task(run_promoter(self.redis, self.keys, self.stop)),
             asyncio.create_task(run_log_sweeper(self.settings, self.stop, self.ctx.clock)),
+            *(schedules[1] if schedules is not None else ()),
         ]
         if windows_file is not None:
             background.append(asyncio.create_task(watch_file(

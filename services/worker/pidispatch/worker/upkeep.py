@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError, ResponseError
 from redis.typing import StreamIdT
@@ -26,6 +27,9 @@ from pidispatch.common.streams import Entry, ack, claim, pending, wire
 from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.runner import OPERATOR_CANCEL
 
+if TYPE_CHECKING:
+    from pidispatch.worker.schedules import Scheduler
+
 SlotKey = tuple[str, str]
 
 
@@ -37,6 +41,8 @@ class Upkeep:
         self.started_ms = ctx.clock()
         self.log = get_logger()
         self.refused: set[str] = set()
+        # Set when this worker serves cron schedules: the row then names them (fleet view, ``schedules``).
+        self.scheduler: Scheduler | None = None
 
     # ---- liveness -----------------------------------------------------------------------------------
 
@@ -54,6 +60,8 @@ class Upkeep:
             "image": s.job_image,
             "caps": ",".join(sorted(self.ctx.caps)),
         }
+        if self.scheduler is not None:
+            fields.update(self.scheduler.row_fields())
         clean = {}
         for name, value in fields.items():
             # Names, numbers and digests only: a path would tell every reader of Redis this host's layout.
