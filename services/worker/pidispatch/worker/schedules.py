@@ -204,7 +204,7 @@ class Scheduler:
         except Exception as exc:  # Redis down, a script fault: this occurrence is lost here, not the loop
             get_logger().warning("schedule_fire_failed", id=rule.id, jobId=job.id, error=type(exc).__name__)
             return
-        get_logger().info("schedule_fired", id=rule.id, jobId=job_id, status=status)
+        get_logger().info("schedule_fired", id=rule.id, jobId=job_id, status=status, lateMs=now_ms - at_ms)
 
 
 async def start_schedules(
@@ -221,7 +221,7 @@ async def start_schedules(
     zone, tz = host_zone(env)
     scheduler = Scheduler(redis=redis, keys=keys, stream=stream, clock=clock, zone=zone, tz=tz)
     scheduler.swap(await asyncio.to_thread(load_schedules, path))
-    get_logger().info("schedules_started", served=sorted(scheduler.active), tz=tz)
+    get_logger().info("schedules_started", served=sorted(scheduler.active), tz=tz, at=clock())
     tasks = [
         asyncio.create_task(scheduler.run(stop)),
         asyncio.create_task(watch_file(

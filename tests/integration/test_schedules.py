@@ -1,0 +1,113 @@
+"""Cron schedules served by real worker processes on one Redis: two hosts serving one schedule queue and run
+each occurrence exactly once, and a host that was down across occurrences fires none of them late."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+
+from pidispatch.common.runtime import now_ms
+from tests.integration.test_local_run import make_repo
+from tests.support.polling import wait_for
+from tests.support.processes import ServiceProcess
+
+EVERY_3S = "*/3 * * * * *"
+FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100000", "TZ": "UTC"}
+
+
+def triggers(tmp_path: Path, folder: Path, pattern: str = EVERY_3S) -> Path:
+    path = tmp_path / "triggers.json"
+    entry = {"on": {"type": "cron", "id": "tick", "pattern": pattern},
+             "run": {"kind": "local", "folder": str(folder), "flow": "tidy", "task": "pd-test exit=0"}}
+    path.write_text(json.dumps({"triggers": [entry]}))
+    return path
+
+
+def records(logs_dir: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in logs_dir.glob("*.json"):
+        rec = json.loads(path.read_text())
+        out[rec["jobId"]] = rec
+    return out
+
+
+def occurrence(job_id: str) -> int:
+    return int(job_id.rsplit(":", 1)[1])
+
+
+def worker(env: dict[str, str], tmp_path: Path, name: str, trig: Path) -> ServiceProcess:
+    host_env = {**env, **FAST, "PI_WORKER_NAME": f"{env['PI_WORKER_NAME']}-{name}",
+                "PI_TRIGGERS_FILE": str(trig)}
+    return ServiceProcess("worker", host_env, tmp_path / f"{name}.log")
+
+
+async def test_two_workers_serving_one_schedule_run_every_occurrence_exactly_once(
+    env: dict[str, str], docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    trig = triggers(tmp_path, make_repo(tmp_path / "app"))
+    a, b = worker(env, tmp_path, "a", trig), worker(env, tmp_path, "b", trig)
+    logs_dir = Path(env["PI_LOGS_DIR"])
+    try:
+        a.start()
+        b.start()
+        await wait_for(lambda: a.logged("schedules_started") and b.logged("schedules_started"), 60,
+                       what="both workers serving")
+        # Both serve from here on: every occurrence in the next 15 s is one both hosts fired.
+        window_start = now_ms() + 1000
+        await wait_for(lambda: now_ms() > window_start + 15_000, 30, what="15 s of occurrences")
+        window_end = now_ms() - 3000
+        fired = [e for w in (a, b) for e in w.logged("schedule_fired")]
+        expected = sorted({occurrence(e["jobId"]) for e in fired if window_start <= occurrence(e["jobId"])
+                           <= window_end})
+        await wait_for(lambda: set(expected) <= {occurrence(j) for j in records(logs_dir)}, 90,
+                       what="a record of every occurrence")
+    finally:
+        a.stop()
+        b.stop()
+    assert len(expected) >= 4
+    assert all(later - earlier == 3000 for earlier, later in pairwise(expected))
+    fired = [e for w in (a, b) for e in w.logged("schedule_fired")]
+    queued = Counter(e["jobId"] for e in fired if e["status"] == "queued")
+    assert all(n == 1 for n in queued.values())  # one host queued each occurrence, the other was told dup
+    for at in expected:
+        job_id = f"repeat:tick:{at}"
+        assert queued[job_id] == 1 and {e["jobId"] for e in fired}.issuperset({job_id})
+        assert Counter(e["jobId"] for e in fired)[job_id] == 2  # both hosts fired it
+    recs = records(logs_dir)
+    ran = Counter(occurrence(j) for j in recs)
+    assert all(ran[at] == 1 for at in expected)
+    assert {recs[f"repeat:tick:{at}"]["outcome"] for at in expected} == {"completed"}
+
+
+async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_on_time(
+    env: dict[str, str], docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    trig = triggers(tmp_path, make_repo(tmp_path / "app"))
+    first = worker(env, tmp_path, "a", trig)
+    try:
+        first.start()
+        await wait_for(lambda: first.logged("schedule_fired"), 60, what="a first occurrence")
+    finally:
+        first.stop()
+    down_at = now_ms()
+    await wait_for(lambda: now_ms() > down_at + 7000, 20, what="two occurrences to pass while down")
+    again = worker(env, tmp_path, "a", trig)
+    try:
+        again.start()
+        await wait_for(lambda: again.logged("schedules_started"), 60, what="the restart serving")
+        await wait_for(lambda: len(again.logged("schedule_fired")) >= 1, 30, what="the next occurrence")
+    finally:
+        again.stop()
+    before = [occurrence(e["jobId"]) for e in first.logged("schedule_fired")]
+    after = [occurrence(e["jobId"]) for e in again.logged("schedule_fired")]
+    assert max(before) < down_at + 3000
+    started = int(again.logged("schedules_started")[0]["at"])
+    assert all(at > started for at in after), (after, started)  # nothing from the down time, late
+    assert after[0] - started <= 3000  # the first occurrence after the restart, not a later one
+    assert all(e["lateMs"] <= 2000 for e in again.logged("schedule_fired"))
+    assert not again.logged("schedule_missed")
