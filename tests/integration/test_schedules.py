@@ -3,6 +3,7 @@ each occurrence exactly once, and a host that was down across occurrences fires 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from itertools import pairwise
@@ -10,8 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
+from structlog.testing import capture_logs
 
+from pidispatch.common.keys import Keys
+from pidispatch.common.models import text
+from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
+from pidispatch.worker.schedules import start_schedules
 from tests.integration.test_local_run import make_repo
 from tests.support.polling import wait_for
 from tests.support.processes import ServiceProcess
@@ -111,3 +117,42 @@ async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_
     assert after[0] - started <= 3000  # the first occurrence after the restart, not a later one
     assert all(e["lateMs"] <= 2000 for e in again.logged("schedule_fired"))
     assert not again.logged("schedule_missed")
+
+
+async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_running_one(
+    redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    trig = triggers(tmp_path, app)
+    stop = asyncio.Event()
+
+    def events(name: str) -> list[Any]:
+        return [e for e in logs if e["event"] == name]
+
+    async def queued(prefix: str) -> bool:
+        return any(text(f[b"id"]).startswith(prefix) for _, f in await redis.xrange("s:cron"))
+
+    with capture_logs() as logs:
+        started = await start_schedules({"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}, redis, keys, "s:cron",
+                                         now_ms, stop)
+        assert started is not None
+        scheduler, tasks = started
+        try:
+            await wait_for(lambda: events("schedule_fired"), 10, what="a first occurrence")
+            trig.write_text('{"triggers": [{"on": {"type": "cron"}}]}')
+            await wait_for(lambda: events("schedules_reload_invalid"), 10, what="the refusal")
+            kept = len(events("schedule_fired"))
+            await wait_for(lambda: len(events("schedule_fired")) > kept, 10, what="the kept schedule firing")
+            other = tmp_path / "other"
+            other.mkdir()
+            entry = {"on": {"type": "cron", "id": "tock", "pattern": "*/2 * * * * *"},
+                     "run": {"kind": "local", "folder": str(other), "command": "report"}}
+            trig.write_text(json.dumps({"triggers": [entry]}))
+            await wait_for(lambda: events("scheduler_removed_orphan"), 10, what="tick removed")
+            assert list(scheduler.active) == ["tock"] and events("schedules_reloaded")
+            await wait_for(lambda: queued("repeat:tock:"), 10, what="tock firing")
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+    assert [e["id"] for e in events("scheduler_removed_orphan")] == ["tick"]
