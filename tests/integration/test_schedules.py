@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
@@ -72,6 +75,7 @@ async def test_two_workers_serving_one_schedule_run_every_occurrence_exactly_onc
                            <= window_end})
         await wait_for(lambda: set(expected) <= {occurrence(j) for j in records(logs_dir)}, 90,
                        what="a record of every occurrence")
+        shown = schedules_cli({**a.env, "PD_HOST_BEAT_MS": "200"})
     finally:
         a.stop()
         b.stop()
@@ -88,6 +92,24 @@ async def test_two_workers_serving_one_schedule_run_every_occurrence_exactly_onc
     ran = Counter(occurrence(j) for j in recs)
     assert all(ran[at] == 1 for at in expected)
     assert {recs[f"repeat:tick:{at}"]["outcome"] for at in expected} == {"completed"}
+    # pi-dispatch schedules --json, asked while both hosts served the schedule.
+    assert len(shown) == 1 and list(shown[0]) == ["id", "pattern", "tz", "hosts", "next", "last", "stalls",
+                                                  "state"]
+    row = shown[0]
+    assert (row["id"], row["pattern"], row["tz"], row["stalls"], row["state"]) == ("tick", EVERY_3S, "UTC", 0,
+                                                                                 "active")
+    assert row["hosts"] == sorted([a.env["PI_WORKER_NAME"], b.env["PI_WORKER_NAME"]])
+    assert row["last"]["jobId"].startswith("repeat:tick:") and set(row["last"]) == {"at", "jobId", "outcome"}
+    assert row["next"].endswith("+00:00")
+
+
+def schedules_cli(env: dict[str, str]) -> list[dict[str, Any]]:
+    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
+    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", "schedules", "--json"], env=full,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return rows
 
 
 async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_on_time(

@@ -11,6 +11,7 @@ import pytest
 
 from pidispatch.common.cronpattern import next_occurrence, valid_pattern
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.registry import HostRow, parse_row
 from pidispatch.router.rules import CronRule
 from pidispatch.worker.schedules import (
     GRACE_MS,
@@ -24,6 +25,7 @@ from pidispatch.worker.schedules import (
     scheduled_for,
     served,
 )
+from pidispatch.worker.scheduleview import ROW_KEYS, render_table, schedule_rows
 
 AMS = ZoneInfo("Europe/Amsterdam")
 
@@ -155,3 +157,26 @@ def test_a_reload_keeps_a_kept_schedules_next_and_drops_a_removed_one(caplog: An
     s.swap(Loaded(rules=(changed,), mine=()))
     assert s.nexts == {} and s.unserved == {"a"}
     assert s.row_fields() == {"cron": "", "fpCron": "", "cronCount": "0"}
+
+
+# --- pi-dispatch schedules ---------------------------------------------------------------------------
+
+
+def test_each_schedule_is_one_row_with_exactly_the_documented_keys() -> None:
+    hosts = [HostRow(name="h1", cron=frozenset({"a"})), HostRow(name="h0", cron=frozenset({"a", "x"}))]
+    last = {"at": "2026-01-01T00:00:00.000Z", "jobId": "repeat:a:1767225600000", "outcome": "completed"}
+    rows = schedule_rows([rule("a", "*/3 * * * * *"), rule("b")], hosts, {"a": last},
+                         ms(2026, 1, 1, 0, 0, 1), AMS, "Europe/Amsterdam")
+    assert [tuple(r) for r in rows] == [ROW_KEYS, ROW_KEYS]
+    assert rows[0] == {"id": "a", "pattern": "*/3 * * * * *", "tz": "Europe/Amsterdam", "hosts": ["h0", "h1"],
+                       "next": "2026-01-01T00:00:03+01:00", "last": last, "stalls": 0, "state": "active"}
+    assert (rows[1]["hosts"], rows[1]["last"], rows[1]["state"]) == ([], None, "unserved")
+    table = render_table(rows).splitlines()
+    assert table[0].split() == ["ID", "PATTERN", "STATE", "NEXT", "LAST", "HOSTS"]
+    assert table[2].split()[0] == "b" and table[2].endswith("-")
+
+
+def test_a_peers_cron_fields_are_revalidated_on_read() -> None:
+    row = parse_row({"name": "h", "cron": "a,b,../x,", "fpCron": "0123abcd", "cronCount": "2"}, 0)
+    assert row is not None
+    assert (row.cron, row.fp_cron, row.cron_count) == (frozenset({"a", "b"}), "0123abcd", 2)

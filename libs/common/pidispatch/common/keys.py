@@ -68,6 +68,10 @@ PROMOTE_BATCH = 100
 # A job that cannot run yet on this worker (its local folder is busy) comes back this much later.
 DEFER_MS = 5_000
 
+# A schedule's firings: the newest few, kept as long as a job's live state.
+SCHED_RUNS_KEEP = 50
+SCHED_RUNS_TTL_S = JOB_STATE_TTL_S
+
 # Cancellation: the request lives a minute, the ack five; the CLI waits ten seconds.
 CANCEL_REQUEST_TTL_MS = 60_000
 CANCEL_ACK_TTL_MS = 300_000
@@ -193,6 +197,10 @@ class Keys:
 
     def cancel_ack(self, job_id: str) -> str:
         return self._k("cancel-ack", job_id)
+
+    def sched_runs(self, schedule_id: str) -> str:
+        """A cron schedule's queued occurrences: job ids scored by the occurrence's epoch ms."""
+        return self._k("sched-runs", schedule_id)
 
     def budget_day(self, day: str) -> str:
         """``day`` is ``YYYY-MM-DD`` (UTC)."""

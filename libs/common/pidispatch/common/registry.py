@@ -64,6 +64,10 @@ class HostRow(msgspec.Struct, frozen=True, kw_only=True):
     running: int | None = None
     tz: str = ""
     image: str = ""
+    # The cron schedules the host serves, their fingerprint (with its zone) and count.
+    cron: frozenset[str] = frozenset()
+    fp_cron: str = ""
+    cron_count: int | None = None
     stale_ms: int | None = None
 
 
@@ -145,6 +149,9 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
         running=_int(fields.get("running")),
         tz=_text(fields.get("tz")),
         image=_text(fields.get("image")),
+        cron=frozenset(i for i in (fields.get("cron") or "").split(",") if TOKEN_NAME_RE.fullmatch(i)),
+        fp_cron=_text(fields.get("fpCron")),
+        cron_count=_int(fields.get("cronCount")),
         stale_ms=max(0, now_ms - beat_at) if beat_at is not None else None,
     )
 

@@ -75,7 +75,7 @@ def redis_settings() -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def _connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
+async def connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
     redis = create_redis(settings.redis_url, settings.redis_password)
     try:
         yield redis
@@ -228,7 +228,7 @@ async def cancel_command(args: argparse.Namespace) -> int:
         return 1
     settings = redis_settings()
     on_failure = f"the cancel may not have happened; run pi-dispatch cancel {job_id} again once it answers"
-    async with _connected(settings, on_failure) as redis:
+    async with connected(settings, on_failure) as redis:
         result = await cancel_job(redis, Keys(settings.key_prefix), job_id, wait_s=args.wait)
     if args.json:
         print(json.dumps(result.to_json()))
@@ -282,7 +282,7 @@ def format_status(status: dict[str, Any]) -> str:
 
 async def status_command(args: argparse.Namespace) -> int:
     settings = redis_settings()
-    async with _connected(settings, "no status to show") as redis:
+    async with connected(settings, "no status to show") as redis:
         status = await fleet_status(redis, Keys(settings.key_prefix))
     print(json.dumps(status) if args.json else format_status(status))
     return 0

@@ -196,11 +196,14 @@ class Scheduler:
                 return
 
     async def _fire(self, rule: CronRule, at_ms: int, now_ms: int) -> None:
+        from pidispatch.worker.firings import record_firing
         from pidispatch.worker.local import enqueue_once
 
         job = cron_job(rule, at_ms, now_ms)
         try:
             status, job_id, _ = await enqueue_once(self.redis, self.keys, self.stream, job)
+            if status == "queued":
+                await record_firing(self.redis, self.keys, job_id)
         except Exception as exc:  # Redis down, a script fault: this occurrence is lost here, not the loop
             get_logger().warning("schedule_fire_failed", id=rule.id, jobId=job.id, error=type(exc).__name__)
             return

@@ -1,0 +1,63 @@
+"""Each cron schedule's firings in Redis: which occurrences were queued, fleet-wide, so ``schedules`` can
+show a schedule's last run and a scheduled job's ``event.json`` can name when the previous one ran."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from redis.exceptions import RedisError
+
+from pidispatch.common.keys import SCHED_RUNS_KEEP, SCHED_RUNS_TTL_S, Keys
+from pidispatch.common.models import Job, text
+from pidispatch.common.redis import Redis
+from pidispatch.worker.history import iso_ms
+from pidispatch.worker.schedules import schedule_of, scheduled_for
+
+
+async def record_firing(redis: Redis, keys: Keys, job_id: str) -> None:
+    """Remember a queued occurrence (the newest ``SCHED_RUNS_KEEP``). Redis errors propagate."""
+    sid, at = schedule_of(job_id), scheduled_for(job_id)
+    if sid is None or at is None:
+        return
+    key = keys.sched_runs(sid)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.zadd(key, {job_id: at})
+        pipe.zremrangebyrank(key, 0, -SCHED_RUNS_KEEP - 1)
+        pipe.expire(key, SCHED_RUNS_TTL_S)
+        await pipe.execute()
+
+
+def _ms(value: Any) -> int | None:
+    raw = text(value) if value is not None else ""
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
+async def previous_run_at(redis: Redis, keys: Keys, job: Job) -> str | None:
+    """When the schedule's newest earlier firing ended (else started), as ISO; None when there is none or
+    Redis cannot say (the event then carries null rather than the job failing)."""
+    sid, at = schedule_of(job.id), scheduled_for(job.id)
+    if sid is None or at is None:
+        return None
+    try:
+        found = cast(
+            "list[bytes]", await redis.zrevrangebyscore(keys.sched_runs(sid), at - 1, "-inf", start=0, num=1)
+        )
+        if not found:
+            return None
+        ended, started = await redis.hmget(keys.job(text(found[0])), ["endedAt", "startedAt"])
+    except (RedisError, OSError, TimeoutError):
+        return None
+    ms = _ms(ended) or _ms(started)
+    return iso_ms(ms) if ms is not None else None
+
+
+async def last_firing(redis: Redis, keys: Keys, schedule_id: str) -> dict[str, Any] | None:
+    """``{at, jobId, outcome}`` of the newest firing (``outcome``: the job's state, null once forgotten),
+    or None. Redis errors propagate."""
+    newest = await redis.zrevrange(keys.sched_runs(schedule_id), 0, 0, withscores=True)
+    found = cast("list[tuple[bytes, float]]", newest)
+    if not found:
+        return None
+    job_id, at = text(found[0][0]), int(found[0][1])
+    state = await redis.hget(keys.job(job_id), "state")
+    return {"at": iso_ms(at), "jobId": job_id, "outcome": text(state) if state else None}
