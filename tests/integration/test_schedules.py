@@ -20,6 +20,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
+from pidispatch.worker.history import iso_ms
 from pidispatch.worker.schedules import start_schedules
 from tests.integration.test_local_run import make_repo
 from tests.support.polling import wait_for
@@ -178,3 +179,56 @@ async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_
             stop.set()
             await asyncio.gather(*tasks)
     assert [e["id"] for e in events("scheduler_removed_orphan")] == ["tick"]
+
+
+# Copies the job's event.json into the folder, so the test can read what the job was given.
+EVENT_AGENT = """#!/bin/sh
+while IFS= read -r line || [ -n "$line" ]; do printf '%s\\n' "$line"; done < /job/event.json \\
+  > /workspace/agent-event.json
+echo '{"event":"exit","turns":1,"tokens":{"input":1,"output":1,"total":2,"cost":0}}'
+exit 0
+"""
+
+
+def run_trigger_cli(env: dict[str, str], *args: str) -> dict[str, Any]:
+    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
+    argv = [sys.executable, "-m", "pidispatch.common.cli", "run", "--trigger", *args, "--json"]
+    done = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
+
+
+async def test_run_trigger_runs_the_cron_job_now_and_its_event_names_the_occurrence_and_previous_run(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    from pidispatch.worker.image import build_image
+
+    tag = "pd-test-event-agent:latest"
+    await build_image(tag, EVENT_AGENT, docker)
+    repo = make_repo(tmp_path / "app")
+    trig = triggers(tmp_path, repo, pattern="0 0 1 1 *")  # never due during the test
+    host = worker({**env, "PI_JOB_IMAGE": tag}, tmp_path, "a", trig)
+    logs_dir = Path(env["PI_LOGS_DIR"])
+    try:
+        host.start()
+        await wait_for(lambda: host.logged("schedules_started"), 60, what="the worker serving")
+        before = now_ms()
+        first = run_trigger_cli(host.env, "tick")
+        await wait_for(lambda: first["jobId"] in records(logs_dir), 60, what="the first run's record")
+        # The first run wrote its event into the folder: a second run needs --force.
+        second = run_trigger_cli(host.env, "tick", "--force")
+        await wait_for(lambda: second["jobId"] in records(logs_dir), 60, what="the second run's record")
+    finally:
+        host.stop()
+    assert first["status"] == "queued" and first["trigger"] == "tick"
+    assert before <= occurrence(first["jobId"]) < occurrence(second["jobId"]) <= now_ms()
+    event = json.loads((repo / "agent-event.json").read_text())
+    ended = await redis.hget(keys.job(first["jobId"]), "endedAt")
+    assert ended is not None
+    assert event == {
+        "source": "cron", "trigger": {"id": "tick", "pattern": "0 0 1 1 *"}, "folder": "app",
+        "sha": event["sha"], "scheduledFor": iso_ms(occurrence(second["jobId"])),
+        "previousRunAt": iso_ms(int(ended)),
+    }
+    assert records(logs_dir)[second["jobId"]]["outcome"] == "completed"

@@ -3,6 +3,7 @@ serves, which occurrences are due, and the job one occurrence becomes."""
 
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -25,7 +26,7 @@ from pidispatch.worker.schedules import (
     scheduled_for,
     served,
 )
-from pidispatch.worker.scheduleview import ROW_KEYS, render_table, schedule_rows
+from pidispatch.worker.scheduleview import ROW_KEYS, render_table, schedule_rows, trigger_problem
 
 AMS = ZoneInfo("Europe/Amsterdam")
 
@@ -180,3 +181,15 @@ def test_a_peers_cron_fields_are_revalidated_on_read() -> None:
     row = parse_row({"name": "h", "cron": "a,b,../x,", "fpCron": "0123abcd", "cronCount": "2"}, 0)
     assert row is not None
     assert (row.cron, row.fp_cron, row.cron_count) == (frozenset({"a", "b"}), "0123abcd", 2)
+
+
+@pytest.mark.parametrize(("given", "problem"), [
+    ({}, None),
+    ({"folder": "/srv/app"}, "a folder is refused beside --trigger"),
+    ({"task": "x"}, "--task is refused beside --trigger"),
+    ({"max_turns": "3"}, "--max-turns is refused beside --trigger"),
+])
+def test_run_trigger_refuses_what_the_trigger_decides(given: dict[str, str], problem: str | None) -> None:
+    fields = dict.fromkeys(("folder", "task", "flow", "provider", "model", "max_turns", "image"))
+    found = trigger_problem(argparse.Namespace(**{**fields, **given}))
+    assert found == problem if problem is None else (found or "").startswith(problem)

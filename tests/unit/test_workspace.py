@@ -269,6 +269,16 @@ def test_local_event_names_the_folder_by_basename_and_the_commit_only() -> None:
     assert "/home/operator" not in json.dumps(event) and "tests" not in json.dumps(event)
 
 
+def test_a_cron_jobs_event_names_its_schedule_occurrence_and_previous_run() -> None:
+    cron = local_job(id="repeat:nightly:1767232800000", trigger=Trigger(event="cron", id="nightly",
+                                                                          pattern="0 3 * * *"))
+    assert build_event(cron, sha=SHA, previous_run_at="2026-01-01T02:00:41.000Z") == {
+        "source": "cron", "trigger": {"id": "nightly", "pattern": "0 3 * * *"}, "folder": "app", "sha": SHA,
+        "scheduledFor": "2026-01-01T02:00:00.000Z", "previousRunAt": "2026-01-01T02:00:41.000Z",
+    }
+    assert build_event(cron, sha=SHA)["previousRunAt"] is None  # none known: null, never absent
+
+
 async def test_local_job_folder_has_no_workspace_since_the_operators_folder_is_mounted(settings) -> None:
     job_dir = Path(await prepare_workspace(local_job(flow="fix"), settings, sha=SHA))
     assert sorted(p.name for p in job_dir.iterdir()) == ["event.json", "prompt.md"]

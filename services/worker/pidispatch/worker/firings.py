@@ -7,9 +7,9 @@ from typing import Any, cast
 
 from redis.exceptions import RedisError
 
-from pidispatch.common.keys import SCHED_RUNS_KEEP, SCHED_RUNS_TTL_S, Keys
+from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, SCHED_RUNS_KEEP, SCHED_RUNS_TTL_S, Keys
 from pidispatch.common.models import Job, text
-from pidispatch.common.redis import Redis
+from pidispatch.common.redis import Redis, bounded
 from pidispatch.worker.history import iso_ms
 from pidispatch.worker.schedules import schedule_of, scheduled_for
 
@@ -39,12 +39,13 @@ async def previous_run_at(redis: Redis, keys: Keys, job: Job) -> str | None:
     if sid is None or at is None:
         return None
     try:
-        found = cast(
-            "list[bytes]", await redis.zrevrangebyscore(keys.sched_runs(sid), at - 1, "-inf", start=0, num=1)
-        )
+        newest = await bounded(redis.zrevrangebyscore(keys.sched_runs(sid), at - 1, "-inf", start=0, num=1),
+                               REDIS_OP_TIMEOUT_S)
+        found = cast("list[bytes]", newest)
         if not found:
             return None
-        ended, started = await redis.hmget(keys.job(text(found[0])), ["endedAt", "startedAt"])
+        ended, started = await bounded(redis.hmget(keys.job(text(found[0])), ["endedAt", "startedAt"]),
+                                       REDIS_OP_TIMEOUT_S)
     except (RedisError, OSError, TimeoutError):
         return None
     ms = _ms(ended) or _ms(started)

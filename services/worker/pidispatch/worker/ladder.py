@@ -26,6 +26,7 @@ from pidispatch.worker.container import SpecRefused, build_spec, container_name,
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.environment import container_env
 from pidispatch.worker.exitline import parse_exit_line
+from pidispatch.worker.firings import previous_run_at
 from pidispatch.worker.forge import Tip, forge_api
 from pidispatch.worker.history import record_path
 from pidispatch.worker.local import inspect_folder, local_user
@@ -117,7 +118,8 @@ async def run_ladder(ctx: WorkerContext, held: Held, job: Job, spend: Spend) -> 
         if isinstance(forge, JobRefusal):
             return refuse(job, forge.reason)
         token, tip = forge
-    job_dir = await prepare_workspace(job, s, sha=sha)
+    previous = await previous_run_at(ctx.redis, ctx.keys, job) if job.is_local else None
+    job_dir = await prepare_workspace(job, s, sha=sha, previous_run_at=previous)
     keep = False
     try:
         if tip is not None and token is not None:

@@ -146,7 +146,8 @@ _FAULT_TEXT = {
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="queue a job on a local git folder (the folder is the job's /workspace)")
-    p.add_argument("folder", help="the top folder of a git repository with at least one commit")
+    p.add_argument("folder", nargs="?", help="the top folder of a git repository with at least one commit")
+    p.add_argument("--trigger", metavar="ID", help="run the cron trigger with this on.id now, on this host")
     p.add_argument("--task", help="what the agent should do (required)")
     p.add_argument("--flow", help="the skill the agent should use")
     p.add_argument("--provider", help="provider id (default PI_PROVIDER)")
@@ -246,6 +247,12 @@ def run_command(args: argparse.Namespace) -> object:
 
 async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     """Every argument and folder check first, then settings, then Redis: a refused run touches nothing."""
+    if args.trigger is not None:
+        from pidispatch.worker.scheduleview import run_trigger
+
+        return await run_trigger(args, clock)
+    if args.folder is None:
+        return _fail("a folder is required: the top folder of a git repository (or --trigger <id>)")
     problem = argument_problem(args)
     if problem is not None:
         return _fail(problem)

@@ -23,6 +23,8 @@ import msgspec
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
+from pidispatch.worker.history import iso_ms
+from pidispatch.worker.schedules import scheduled_for
 
 EVENT_POINTER = "The event that started this job is described in /job/event.json."
 OPERATOR_LABEL = "Instructions from the operator (trusted):"
@@ -153,14 +155,25 @@ def _subset(value: dict[str, Any] | None, allowed: tuple[str, ...]) -> dict[str,
     return {k: value[k] for k in allowed if k in value}
 
 
-def build_event(job: Job, *, sha: str | None = None) -> dict[str, Any]:
+def _local_event(job: Job, sha: str | None, previous_run_at: str | None) -> dict[str, Any]:
+    """A cron trigger's job names its schedule, the occurrence it is for and when the schedule's previous
+    run ended (null when none is known); any other local job is ``manual``."""
+    folder = job.repo.removeprefix("local:")
+    trigger, at = job.trigger, scheduled_for(job.id)
+    if trigger is None or trigger.id is None or at is None:
+        return {"source": "manual", "folder": folder, "sha": sha}
+    return {"source": "cron", "trigger": {"id": trigger.id, "pattern": trigger.pattern}, "folder": folder,
+            "sha": sha, "scheduledFor": iso_ms(at), "previousRunAt": previous_run_at}
+
+
+def build_event(job: Job, *, sha: str | None = None, previous_run_at: str | None = None) -> dict[str, Any]:
     """Pure: ``/job/event.json``. No headers, signature, token or replica fields.
 
     A local job's event names the folder by its basename only (never the host path) and the commit the
     worker saw at HEAD, so the agent knows what it started from.
     """
     if job.is_local:
-        return {"source": "manual", "folder": job.repo.removeprefix("local:"), "sha": sha}
+        return _local_event(job, sha, previous_run_at)
     trigger = job.trigger
     event: dict[str, Any] = {
         "event": trigger.event if trigger else None,
@@ -209,14 +222,14 @@ def _make_workspace(workspace: Path, job_user: str) -> None:
         os.chmod(workspace, 0o777)
 
 
-def _prepare(job: Job, settings: Settings, sha: str | None) -> str:
+def _prepare(job: Job, settings: Settings, sha: str | None, previous_run_at: str | None) -> str:
     job_dir = tempfile.mkdtemp(prefix="job-", dir=settings.jobs_dir)
     try:
         # The job user is not us: it must be able to read /job through the bind mount.
         os.chmod(job_dir, 0o755)
         root = Path(job_dir)
         _write_readonly(root / "prompt.md", build_prompt(job))
-        event = build_event(job, sha=sha)
+        event = build_event(job, sha=sha, previous_run_at=previous_run_at)
         _write_readonly(root / "event.json", json.dumps(event, ensure_ascii=False) + "\n")
         if not job.is_local:
             _make_workspace(root / "workspace", settings.job_user)
@@ -226,7 +239,9 @@ def _prepare(job: Job, settings: Settings, sha: str | None) -> str:
         raise
 
 
-async def prepare_workspace(job: Job, settings: Settings, *, sha: str | None = None) -> str:
+async def prepare_workspace(
+    job: Job, settings: Settings, *, sha: str | None = None, previous_run_at: str | None = None
+) -> str:
     """Create the job folder; returns its path. Raises ``OSError`` (infrastructure) on a disk fault.
 
     A local job passes ``sha`` (from ``inspect_folder``) and gets no ``workspace/``: the container
@@ -234,7 +249,7 @@ async def prepare_workspace(job: Job, settings: Settings, *, sha: str | None = N
     """
     if job.is_local and sha is None:
         raise ValueError("a local job's workspace needs the commit sha its folder is at")
-    return await asyncio.to_thread(_prepare, job, settings, sha)
+    return await asyncio.to_thread(_prepare, job, settings, sha, previous_run_at)
 
 
 def _remove(job_dir: str, jobs_dir: str) -> None:
