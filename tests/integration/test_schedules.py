@@ -232,3 +232,26 @@ async def test_run_trigger_runs_the_cron_job_now_and_its_event_names_the_occurre
         "previousRunAt": iso_ms(int(ended)),
     }
     assert records(logs_dir)[second["jobId"]]["outcome"] == "completed"
+
+
+async def test_a_missing_triggers_file_serves_nothing_until_it_appears(
+    redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    path = tmp_path / "later.json"
+    stop = asyncio.Event()
+    with capture_logs() as logs:
+        started = await start_schedules({"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}, redis, keys, "s:cron",
+                                         now_ms, stop)
+        assert started is not None
+        scheduler, tasks = started
+        try:
+            assert scheduler.active == {}
+            path.write_text(triggers(tmp_path, app).read_text())
+            await wait_for(lambda: list(scheduler.active) == ["tick"], 10, what="the file served")
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+    assert [e["event"] for e in logs if e["event"].startswith("schedules_")][:2] == [
+        "schedules_file_missing", "schedules_started"]

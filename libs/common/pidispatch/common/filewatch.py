@@ -36,14 +36,15 @@ def _nothing(_: object) -> Mapping[str, object]:
 async def watch_file(
     path: str, load: Callable[[str], T], swap: Callable[[T], None], stop: asyncio.Event, *, what: str,
     interval: float = 0.25, debounce: float = 0.15, fields: Callable[[T], Mapping[str, object]] = _nothing,
-    first: Mapping[str, object] | None = None,
+    first: Mapping[str, object] | None = None, since: tuple[Signature | None] | None = None,
 ) -> None:
     """Call ``swap(load(path))`` whenever ``path`` changes and loads, until ``stop``. Never raises: a
     failure is logged as ``<what>_reload_invalid`` (the message names the field) and the last good stays.
-    ``fields`` adds to the reload line what the new value holds; ``first`` to the start line."""
+    ``fields`` adds to the reload line what the new value holds; ``first`` to the start line. ``since``:
+    the signature the caller's own first load saw, so an edit before this task runs is not missed."""
     log = get_logger()
     name = os.path.basename(path) or path
-    seen = await asyncio.to_thread(signature, path)
+    seen = since[0] if since is not None else await asyncio.to_thread(signature, path)
     log.info(f"{what}_watching", file=name, **(first or {}))
     while not await stopped(stop, interval):
         try:

@@ -214,22 +214,28 @@ async def start_schedules(
     env: Mapping[str, str], redis: Redis, keys: Keys, stream: str, clock: EpochMsClock, stop: asyncio.Event,
 ) -> tuple[Scheduler, list[asyncio.Task[None]]] | None:
     """Serve the cron triggers of ``PI_TRIGGERS_FILE`` (unset: none, returns None): the serving loop and
-    the file's watch. A bad file or ``TZ`` at start raises ``ConfigError`` (exit 2); a bad edit keeps the
-    running set (``schedules_reload_invalid``)."""
-    from pidispatch.common.filewatch import watch_file
+    the file's watch. A bad file or ``TZ`` at start raises ``ConfigError`` (exit 2); a missing file serves
+    nothing until it appears; a bad edit keeps the running set (``schedules_reload_invalid``)."""
+    from pidispatch.common.filewatch import signature, watch_file
 
     path = (env.get("PI_TRIGGERS_FILE") or "").strip()
     if not path:
         return None
     zone, tz = host_zone(env)
     scheduler = Scheduler(redis=redis, keys=keys, stream=stream, clock=clock, zone=zone, tz=tz)
-    scheduler.swap(await asyncio.to_thread(load_schedules, path))
+    # The router's file need not be on every worker host: absent, nothing is served until it appears.
+    # Its signature is taken before the load, so an edit racing the start is seen by the watch.
+    since = await asyncio.to_thread(signature, path)
+    if since is not None:
+        scheduler.swap(await asyncio.to_thread(load_schedules, path))
+    else:
+        get_logger().info("schedules_file_missing", file=os.path.basename(path), served=[])
     get_logger().info("schedules_started", served=sorted(scheduler.active), tz=tz, at=clock())
     tasks = [
         asyncio.create_task(scheduler.run(stop)),
         asyncio.create_task(watch_file(
             path, load_schedules, scheduler.swap, stop, what="schedules",
-            fields=lambda loaded: {"served": sorted(r.id for r in loaded.mine)},
+            fields=lambda loaded: {"served": sorted(r.id for r in loaded.mine)}, since=(since,),
         )),
     ]
     return scheduler, tasks
