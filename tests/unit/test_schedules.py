@@ -193,3 +193,20 @@ def test_run_trigger_refuses_what_the_trigger_decides(given: dict[str, str], pro
     fields = dict.fromkeys(("folder", "task", "flow", "provider", "model", "max_turns", "image"))
     found = trigger_problem(argparse.Namespace(**{**fields, **given}))
     assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+async def test_a_reload_during_a_fire_wins_over_the_ticks_own_next() -> None:
+    now = [ms(2026, 1, 1, 0, 0, 1)]
+    s = scheduler(now)
+    a, b = rule("a", "*/3 * * * * *"), rule("b", "*/3 * * * * *")
+    s.swap(Loaded(rules=(a, b), mine=(a, b)))
+    now[0] = s.nexts["a"]
+    fired: list[str] = []
+
+    async def fire(rule: CronRule, at_ms: int, now_ms: int) -> None:
+        fired.append(rule.id)
+        s.swap(Loaded(rules=(a,), mine=(a,)))  # the file lost b while a was being queued
+
+    s._fire = fire  # type: ignore[method-assign]
+    await s._tick(now[0])
+    assert fired == ["a"] and list(s.nexts) == ["a"] and s.nexts["a"] == now[0] + 3000

@@ -178,32 +178,43 @@ class Scheduler:
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due occurrences until ``stop``. Never raises: one failed enqueue loses that occurrence on
         this host only (a peer serving the schedule may still queue it)."""
-        log = get_logger()
         while not stop.is_set():
-            now = self.clock()
-            fire, missed = due(self.nexts, now)
-            for sid in missed:
-                at = self.nexts[sid]
-                log.warning("schedule_missed", id=sid, scheduledFor=at, lateMs=now - at)
-            for sid in fire:
-                await self._fire(self.active[sid], self.nexts[sid], now)
-            for sid in (*fire, *missed):
-                rule = self.active[sid]
-                after = max(self.nexts[sid], now - GRACE_MS)  # never one that is already too late
-                self.nexts[sid] = next_occurrence(rule.pattern, after, self.zone)
-            wait_ms = min(self.nexts.values(), default=now + 1000) - self.clock()
+            try:
+                await self._tick(self.clock())
+            except Exception as exc:  # a bug here must not end every schedule of the host
+                get_logger().error("schedules_tick_failed", error=type(exc).__name__)
+            wait_ms = min(self.nexts.values(), default=self.clock() + 1000) - self.clock()
             if await stopped(stop, min(TICK_S, max(wait_ms, 0) / 1000)):
                 return
 
+    async def _tick(self, now: int) -> None:
+        fire, missed = due(self.nexts, now)
+        taken = {sid: self.nexts[sid] for sid in (*fire, *missed)}
+        for sid in missed:
+            get_logger().warning("schedule_missed", id=sid, scheduledFor=taken[sid], lateMs=now - taken[sid])
+        for sid in fire:
+            if sid in self.active and self.nexts.get(sid) == taken[sid]:
+                await self._fire(self.active[sid], taken[sid], now)
+        for sid, at in taken.items():
+            # A reload during a fire may have removed or re-timed the schedule: its value stands.
+            if self.nexts.get(sid) != at or sid not in self.active:
+                continue
+            after = max(at, now - GRACE_MS)  # never one that is already too late
+            self.nexts[sid] = next_occurrence(self.active[sid].pattern, after, self.zone)
+
     async def _fire(self, rule: CronRule, at_ms: int, now_ms: int) -> None:
+        from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
+        from pidispatch.common.redis import bounded
         from pidispatch.worker.firings import record_firing
         from pidispatch.worker.local import enqueue_once
 
         job = cron_job(rule, at_ms, now_ms)
         try:
-            status, job_id, _ = await enqueue_once(self.redis, self.keys, self.stream, job)
+            status, job_id, _ = await bounded(
+                enqueue_once(self.redis, self.keys, self.stream, job), 2 * REDIS_OP_TIMEOUT_S
+            )
             if status == "queued":
-                await record_firing(self.redis, self.keys, job_id)
+                await bounded(record_firing(self.redis, self.keys, job_id), REDIS_OP_TIMEOUT_S)
         except Exception as exc:  # Redis down, a script fault: this occurrence is lost here, not the loop
             get_logger().warning("schedule_fire_failed", id=rule.id, jobId=job.id, error=type(exc).__name__)
             return
