@@ -20,6 +20,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
+from pidispatch.worker.firings import count_stall, guard_state
 from pidispatch.worker.history import iso_ms
 from pidispatch.worker.schedules import start_schedules
 from tests.integration.test_local_run import make_repo
@@ -104,13 +105,12 @@ async def test_two_workers_serving_one_schedule_run_every_occurrence_exactly_onc
     assert row["next"].endswith("+00:00")
 
 
-def schedules_cli(env: dict[str, str]) -> list[dict[str, Any]]:
+def schedules_cli(env: dict[str, str], *args: str) -> Any:
     full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
-    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", "schedules", "--json"], env=full,
-                          capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", "schedules", *args, "--json"],
+                          env=full, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
-    rows: list[dict[str, Any]] = json.loads(done.stdout)
-    return rows
+    return json.loads(done.stdout)
 
 
 async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_on_time(
@@ -255,3 +255,40 @@ async def test_a_missing_triggers_file_serves_nothing_until_it_appears(
             await asyncio.gather(*tasks)
     assert [e["event"] for e in logs if e["event"].startswith("schedules_")][:2] == [
         "schedules_file_missing", "schedules_started"]
+
+
+async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
+    redis: Redis, keys: Keys, base_env: dict[str, str], tmp_path: Path
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    trig = triggers(tmp_path, app, pattern="*/2 * * * * *")
+    for n in (1, 2):
+        await count_stall(redis, keys, f"repeat:tick:{n}", 2)
+    assert await guard_state(redis, keys, "tick") == (2, False)
+    assert await redis.ttl(keys.sched_stalls("tick")) > 86_000  # a rolling 24 h window
+    await count_stall(redis, keys, "repeat:tick:3", 2)
+    assert await guard_state(redis, keys, "tick") == (0, True)
+    await count_stall(redis, keys, "local-abc-202601010000", 2)  # not a scheduled job: not a stall
+    env = {**base_env, "PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
+    stop = asyncio.Event()
+
+    async def queued() -> int:
+        return int(await redis.xlen("s:cron"))
+
+    with capture_logs() as logs:
+        started = await start_schedules(env, redis, keys, "s:cron", now_ms, stop)
+        assert started is not None
+        _, tasks = started
+        try:
+            await wait_for(lambda: [e for e in logs if e["event"] == "schedule_torn_down"], 10,
+                           what="a skipped occurrence")
+            assert await queued() == 0
+            (row,) = await asyncio.to_thread(schedules_cli, env)
+            assert (row["state"], row["stalls"]) == ("torn-down", 0)
+            rearmed = await asyncio.to_thread(schedules_cli, env, "--rearm", "tick")
+            assert rearmed == {"rearmed": "tick", "wasTornDown": True}
+            await wait_for(queued, 10, what="the schedule firing again")
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)

@@ -13,6 +13,7 @@ import pytest
 from pidispatch.common.cronpattern import next_occurrence, valid_pattern
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.registry import HostRow, parse_row
+from pidispatch.common.settings import load_settings
 from pidispatch.router.rules import CronRule
 from pidispatch.worker.schedules import (
     GRACE_MS,
@@ -210,3 +211,17 @@ async def test_a_reload_during_a_fire_wins_over_the_ticks_own_next() -> None:
     s._fire = fire  # type: ignore[method-assign]
     await s._tick(now[0])
     assert fired == ["a"] and list(s.nexts) == ["a"] and s.nexts["a"] == now[0] + 3000
+
+
+def test_a_torn_down_schedule_shows_so_whoever_serves_it_and_the_stalls_are_counted() -> None:
+    hosts = [HostRow(name="h0", cron=frozenset({"a"}))]
+    rows = schedule_rows([rule("a"), rule("b")], hosts, {}, ms(2026, 1, 1, 0), AMS, "Europe/Amsterdam",
+                         {"a": (0, True), "b": (2, False)})
+    assert [(r["state"], r["stalls"]) for r in rows] == [("torn-down", 0), ("unserved", 2)]
+
+
+def test_the_stall_max_is_read_from_its_variable_with_a_default_of_2() -> None:
+    assert load_settings({}).scheduler_stall_max == 2
+    assert load_settings({"PI_SCHEDULER_STALL_MAX": "0"}).scheduler_stall_max == 0
+    with pytest.raises(ConfigError, match="PI_SCHEDULER_STALL_MAX"):
+        load_settings({"PI_SCHEDULER_STALL_MAX": "-1"})

@@ -71,6 +71,8 @@ DEFER_MS = 5_000
 # A schedule's firings: the newest few, kept as long as a job's live state.
 SCHED_RUNS_KEEP = 50
 SCHED_RUNS_TTL_S = JOB_STATE_TTL_S
+# A schedule's stall streak: every stall restarts the 24 h window, one key per schedule.
+SCHED_STALL_WINDOW_S = DAY_S
 
 # Cancellation: the request lives a minute, the ack five; the CLI waits ten seconds.
 CANCEL_REQUEST_TTL_MS = 60_000
@@ -197,6 +199,14 @@ class Keys:
 
     def cancel_ack(self, job_id: str) -> str:
         return self._k("cancel-ack", job_id)
+
+    def sched_stalls(self, schedule_id: str) -> str:
+        """A cron schedule's worker-lost runs in the current 24 h streak."""
+        return self._k("sched-stalls", schedule_id)
+
+    def sched_down(self, schedule_id: str) -> str:
+        """Set (no expiry) while a schedule is torn down by its stall guard; ``--rearm`` deletes it."""
+        return self._k("sched-down", schedule_id)
 
     def sched_runs(self, schedule_id: str) -> str:
         """A cron schedule's queued occurrences: job ids scored by the occurrence's epoch ms."""

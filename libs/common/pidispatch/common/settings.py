@@ -70,6 +70,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Retries of infrastructure faults (never of policy): attempts in all, first delay, doubling.
     retry_attempts: int = 2
     retry_base_ms: int = 60_000
+    # Worker-lost runs of one cron schedule within 24 h past which it is torn down.
+    scheduler_stall_max: int = 2
     log_retention_days: int = 30
     capture_job_logs: bool = False
     sweep_interval_hours: int = 24
@@ -174,6 +176,7 @@ class _UpkeepPart(TypedDict):
     jobs_dir: str
     retry_attempts: int
     retry_base_ms: int
+    scheduler_stall_max: int
     log_retention_days: int
     capture_job_logs: bool
     sweep_interval_hours: int
@@ -305,6 +308,7 @@ def _upkeep_part(env: Mapping[str, str]) -> _UpkeepPart:
         jobs_dir=os.path.expanduser(_get(env, "PI_JOBS_DIR") or default_jobs_dir()),
         retry_attempts=_int(env, "PI_RETRY_ATTEMPTS", 2, 1, 10),
         retry_base_ms=_int(env, "PI_RETRY_BASE_MS", 60_000, 10, 3_600_000),
+        scheduler_stall_max=_int(env, "PI_SCHEDULER_STALL_MAX", 2, 0, 1000),
         log_retention_days=_int(env, "PI_LOG_RETENTION_DAYS", 30, 0, 3650),
         capture_job_logs=_int(env, "PI_CAPTURE_JOB_LOGS", 0, 0, 1) == 1,
         sweep_interval_hours=_int(env, "PI_SWEEP_INTERVAL_HOURS", 24, 0, 168),

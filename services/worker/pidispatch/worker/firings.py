@@ -1,5 +1,6 @@
 """Each cron schedule's firings in Redis: which occurrences were queued, fleet-wide, so ``schedules`` can
-show a schedule's last run and a scheduled job's ``event.json`` can name when the previous one ran."""
+show a schedule's last run and a scheduled job's ``event.json`` can name when the previous one ran; and
+its stall guard, which tears down a schedule whose runs keep losing their worker."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from typing import Any, cast
 
 from redis.exceptions import RedisError
 
-from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, SCHED_RUNS_KEEP, SCHED_RUNS_TTL_S, Keys
+from pidispatch.common.keys import (
+    REDIS_OP_TIMEOUT_S,
+    SCHED_RUNS_KEEP,
+    SCHED_RUNS_TTL_S,
+    SCHED_STALL_WINDOW_S,
+    Keys,
+)
+from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, text
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.worker.history import iso_ms
@@ -62,3 +70,48 @@ async def last_firing(redis: Redis, keys: Keys, schedule_id: str) -> dict[str, A
     job_id, at = text(found[0][0]), int(found[0][1])
     state = await redis.hget(keys.job(job_id), "state")
     return {"at": iso_ms(at), "jobId": job_id, "outcome": text(state) if state else None}
+
+
+# ---- the stall guard -------------------------------------------------------------------------------
+
+
+async def count_stall(redis: Redis, keys: Keys, job_id: str, stall_max: int) -> None:
+    """A scheduled run whose worker died (recorded ``worker-lost``) counts one stall of its schedule in a
+    rolling 24 h window; past ``stall_max`` the schedule is torn down fleet-wide until re-armed (a
+    schedule that keeps killing its host must stop spending). Never raises."""
+    sid = schedule_of(job_id)
+    if sid is None:
+        return
+    log = get_logger()
+    try:
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.incr(keys.sched_stalls(sid))
+            pipe.expire(keys.sched_stalls(sid), SCHED_STALL_WINDOW_S)
+            stalls, _ = await bounded(pipe.execute(), REDIS_OP_TIMEOUT_S)
+        log.warning("scheduler_stall_counted", schedulerId=sid, jobId=job_id, stalls=int(stalls))
+        if int(stalls) > stall_max:
+            async with redis.pipeline(transaction=True) as pipe:
+                pipe.set(keys.sched_down(sid), str(stalls))
+                pipe.delete(keys.sched_stalls(sid))
+                await bounded(pipe.execute(), REDIS_OP_TIMEOUT_S)
+            log.error("scheduler_torn_down", schedulerId=sid, stalls=int(stalls))
+    except Exception as exc:  # the guard must never fail the record it follows
+        log.error("scheduler_stall_guard_error", schedulerId=sid, error=type(exc).__name__)
+
+
+async def torn_down(redis: Redis, keys: Keys, schedule_id: str) -> bool:
+    """Whether the stall guard tore the schedule down. Redis errors propagate."""
+    return bool(await redis.exists(keys.sched_down(schedule_id)))
+
+
+async def guard_state(redis: Redis, keys: Keys, schedule_id: str) -> tuple[int, bool]:
+    """(stalls in the current window, torn down). Redis errors propagate."""
+    stalls, down = await redis.mget([keys.sched_stalls(schedule_id), keys.sched_down(schedule_id)])
+    return _ms(stalls) or 0, down is not None
+
+
+async def rearm(redis: Redis, keys: Keys, schedule_id: str) -> bool:
+    """Lift a tear-down and start a fresh streak; True when the schedule was torn down."""
+    removed = await redis.delete(keys.sched_down(schedule_id))
+    await redis.delete(keys.sched_stalls(schedule_id))
+    return bool(removed)

@@ -27,6 +27,7 @@ from pidispatch.common.streams import delivery_count, send_to_dead, wire
 from pidispatch.worker.answers import answer_for, post_answer
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.disarm import disarm, should_disarm
+from pidispatch.worker.firings import count_stall
 from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
@@ -271,6 +272,8 @@ async def _after_record(
     # After the record and before the ack: a crash in between re-runs this step, which is idempotent.
     if should_disarm(job, reason, started=started, final=not again):
         await disarm(ctx.settings.triggers_file, job, ctx.clock())
+    if reason == "worker-lost":  # a scheduled run's stall: its schedule's guard counts it
+        await count_stall(ctx.redis, ctx.keys, job.id, ctx.settings.scheduler_stall_max)
     if again:
         delay_ms = ctx.settings.retry_base_ms * 2 ** (attempt - 1)
         await _until_done(ctx, lambda: delayed.schedule(

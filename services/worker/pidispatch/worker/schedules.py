@@ -205,11 +205,14 @@ class Scheduler:
     async def _fire(self, rule: CronRule, at_ms: int, now_ms: int) -> None:
         from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
         from pidispatch.common.redis import bounded
-        from pidispatch.worker.firings import record_firing
+        from pidispatch.worker.firings import record_firing, torn_down
         from pidispatch.worker.local import enqueue_once
 
         job = cron_job(rule, at_ms, now_ms)
         try:
+            if await bounded(torn_down(self.redis, self.keys, rule.id), REDIS_OP_TIMEOUT_S):
+                get_logger().warning("schedule_torn_down", id=rule.id, jobId=job.id)
+                return
             status, job_id, _ = await bounded(
                 enqueue_once(self.redis, self.keys, self.stream, job), 2 * REDIS_OP_TIMEOUT_S
             )

@@ -19,29 +19,32 @@ from pidispatch.common.registry import HostRow
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.router.rules import CronRule
 
-ACTIVE, UNSERVED = "active", "unserved"
+ACTIVE, UNSERVED, TORN_DOWN = "active", "unserved", "torn-down"
 ROW_KEYS = ("id", "pattern", "tz", "hosts", "next", "last", "stalls", "state")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schedules", help="list the cron triggers, who serves them, next and last runs")
     p.add_argument("--json", action="store_true", help="print one JSON array")
+    p.add_argument("--rearm", metavar="ID", help="lift the stall guard's tear-down of this schedule")
     p.set_defaults(func=schedules_command)
 
 
 def schedule_rows(
     rules: Sequence[CronRule], hosts: Sequence[HostRow], lasts: Mapping[str, dict[str, Any] | None],
-    now_ms: int, zone: ZoneInfo, tz: str,
+    now_ms: int, zone: ZoneInfo, tz: str, guards: Mapping[str, tuple[int, bool]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Pure: the rows, in file order. A schedule no live host serves is ``unserved`` (nothing fires it)."""
+    """Pure: the rows, in file order. A schedule no live host serves is ``unserved``, one the stall guard
+    tore down ``torn-down`` (nothing fires either)."""
     rows = []
     for rule in rules:
         serving = sorted(h.name for h in hosts if rule.id in h.cron)
         at = next_occurrence(rule.pattern, now_ms, zone)
+        stalls, down = (guards or {}).get(rule.id, (0, False))
         rows.append({
             "id": rule.id, "pattern": rule.pattern, "tz": tz, "hosts": serving,
             "next": datetime.fromtimestamp(at / 1000, zone).isoformat(), "last": lasts.get(rule.id),
-            "stalls": 0, "state": ACTIVE if serving else UNSERVED,
+            "stalls": stalls, "state": TORN_DOWN if down else ACTIVE if serving else UNSERVED,
         })
     return rows
 
@@ -67,7 +70,7 @@ async def schedules_command(args: argparse.Namespace) -> int:
     from pidispatch.common.runtime import now_ms
     from pidispatch.router.triggers import load_triggers
     from pidispatch.worker.control import connected, redis_settings
-    from pidispatch.worker.firings import last_firing
+    from pidispatch.worker.firings import guard_state, last_firing, rearm
     from pidispatch.worker.schedules import host_zone
 
     path = (os.environ.get("PI_TRIGGERS_FILE") or "").strip()
@@ -76,13 +79,20 @@ async def schedules_command(args: argparse.Namespace) -> int:
     settings = redis_settings()
     keys = Keys(settings.key_prefix)
     now = now_ms()
+    if args.rearm is not None:
+        async with connected(settings, "nothing was changed") as redis:
+            lifted = await rearm(redis, keys, args.rearm)
+        said = f"re-armed {args.rearm}" if lifted else f"{args.rearm} was not torn down; its stalls are reset"
+        print(json.dumps({"rearmed": args.rearm, "wasTornDown": lifted}) if args.json else said)
+        return 0
     async with connected(settings, "nothing was read") as redis:
         try:
             hosts = await read_live_hosts(redis, keys, now)
         except RegistryUnreachable as exc:
             raise OSError(exc.reason) from None
         lasts = {r.id: await last_firing(redis, keys, r.id) for r in rules}
-    rows = schedule_rows(rules, hosts, lasts, now, zone, tz)
+        guards = {r.id: await guard_state(redis, keys, r.id) for r in rules}
+    rows = schedule_rows(rules, hosts, lasts, now, zone, tz, guards)
     print(json.dumps(rows) if args.json else render_table(rows))
     return 0
 
