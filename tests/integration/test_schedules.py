@@ -154,11 +154,11 @@ async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_
         return [e for e in logs if e["event"] == name]
 
     async def queued(prefix: str) -> bool:
-        return any(text(f[b"id"]).startswith(prefix) for _, f in await redis.xrange("s:cron"))
+        return any(text(f[b"id"]).startswith(prefix) for _, f in await redis.xrange(keys.host_jobs("cron")))
 
     with capture_logs() as logs:
-        started = await start_schedules({"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}, redis, keys, "s:cron",
-                                         now_ms, stop)
+        env = {"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
+        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop)
         assert started is not None
         scheduler, tasks = started
         try:
@@ -242,8 +242,8 @@ async def test_a_missing_triggers_file_serves_nothing_until_it_appears(
     path = tmp_path / "later.json"
     stop = asyncio.Event()
     with capture_logs() as logs:
-        started = await start_schedules({"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}, redis, keys, "s:cron",
-                                         now_ms, stop)
+        env = {"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}
+        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop)
         assert started is not None
         scheduler, tasks = started
         try:
@@ -274,10 +274,10 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
     stop = asyncio.Event()
 
     async def queued() -> int:
-        return int(await redis.xlen("s:cron"))
+        return int(await redis.xlen(keys.host_jobs("cron")))
 
     with capture_logs() as logs:
-        started = await start_schedules(env, redis, keys, "s:cron", now_ms, stop)
+        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop)
         assert started is not None
         _, tasks = started
         try:
