@@ -23,8 +23,7 @@ from pidispatch.worker.local import FolderFacts, inspect_folder, local_job_id, l
 from pidispatch.worker.runner import Abort, remove_job_containers, run_container
 from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace, remove_workspace
 from tests.support.polling import wait_for
-
-IS_ROOT = os.geteuid() == 0
+from tests.support.worker import IS_ROOT, make_repo
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,28 +33,6 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "pidispatch.common.cli", "run", *args], env=full, capture_output=True,
         text=True, timeout=30, check=False,
     )
-
-
-def sh_git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "safe.directory=*", *args],
-        cwd=cwd, check=True, capture_output=True,
-    )
-
-
-def make_repo(path: Path) -> Path:
-    """A committed repository owned by an ordinary account (a root-owned folder is refused)."""
-    path.mkdir(parents=True)
-    sh_git(path, "init", "-q")
-    (path / "README.md").write_text("hello\n")
-    sh_git(path, "add", "README.md")
-    sh_git(path, "commit", "-qm", "first")
-    if IS_ROOT:
-        for root, dirs, files in os.walk(path):
-            for name in [*dirs, *files]:
-                os.lchown(os.path.join(root, name), 4242, 4242)
-        os.chown(path, 4242, 4242)
-    return path
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from pidispatch.common.runtime import now_ms
 from pidispatch.worker.firings import count_stall, guard_state
 from pidispatch.worker.history import iso_ms
 from pidispatch.worker.schedules import start_schedules
-from tests.integration.test_local_run import make_repo
 from tests.support.polling import wait_for
 from tests.support.processes import ServiceProcess
+from tests.support.worker import make_repo
 
 EVERY_3S = "*/3 * * * * *"
 FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100000", "TZ": "UTC"}

@@ -161,3 +161,28 @@ def kill_tree(proc: ServiceProcess) -> None:
     if proc.proc and proc.proc.poll() is None:
         os.killpg(proc.proc.pid, signal.SIGKILL)
         proc.proc.wait(10)
+
+
+IS_ROOT = os.geteuid() == 0
+
+
+def sh_git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "safe.directory=*", *args],
+        cwd=cwd, check=True, capture_output=True,
+    )
+
+
+def make_repo(path: Path) -> Path:
+    """A committed repository owned by an ordinary account (a root-owned folder is refused)."""
+    path.mkdir(parents=True)
+    sh_git(path, "init", "-q")
+    (path / "README.md").write_text("hello\n")
+    sh_git(path, "add", "README.md")
+    sh_git(path, "commit", "-qm", "first")
+    if IS_ROOT:
+        for root, dirs, files in os.walk(path):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), 4242, 4242)
+        os.chown(path, 4242, 4242)
+    return path

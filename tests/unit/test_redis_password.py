@@ -18,7 +18,7 @@ from pidispatch.common.secret import Secret
 from pidispatch.common.settings import load_settings
 from pidispatch.worker.control import redis_settings
 from tests.support.processes import RedisProcess
-from tests.unit.test_source_rules import SOURCES
+from tests.support.sources import SOURCES
 
 PW = "pw-" + uuid.uuid4().hex
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import ast
 import re
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted(p for top in ("libs", "services") for p in (ROOT / top).glob("*/pidispatch/**/*.py"))
+from tests.support.sources import ROOT, SOURCES
+
 FORGE_PACKAGE = ROOT / "libs" / "common" / "pidispatch" / "forges"
 FORGE_NAME = re.compile(r"github|gitlab|forgejo|gitea|azure", re.IGNORECASE)
 # A configuration variable's name (GITLAB_WEBHOOK_SECRET) may name its forge anywhere.
@@ -72,3 +71,12 @@ def test_no_line_cites_a_document_outside_the_repository() -> None:
         for n, line in enumerate(p.read_text().splitlines(), 1) if CITATION.search(line)
     ]
     assert cited == []
+
+
+def test_no_test_module_imports_another() -> None:
+    # Shared helpers live in tests/support; a test importing a test drags its fixtures and collection along.
+    importing = re.compile(r"^\s*(?:from|import) tests\.(?:unit|integration|e2e)\b", re.MULTILINE)
+    tests = sorted((ROOT / "tests").rglob("*.py"))
+    found = [str(p.relative_to(ROOT)) for p in tests if importing.search(p.read_text())]
+    assert found == []
+
