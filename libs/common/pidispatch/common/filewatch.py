@@ -1,4 +1,8 @@
-"""Hot reload of an operator's file: poll its stat, debounce, re-validate whole, swap or keep.
+"""An operator's file (triggers, quiet hours, scoped limits): read safely, and reloaded on change.
+
+Reading opens non-blocking and checks the open descriptor, so a FIFO or device put in the file's place
+can neither hang the reading thread nor be read for ever, and a size cap bounds what a wrong path costs.
+Hot reload polls the stat, debounces, re-validates whole, then swaps or keeps.
 
 Polling the stat (inode, size, mtime, ctime) needs no dependency and sees every way an editor saves: an
 in-place write changes size or mtime, an atomic rename changes the inode. A bad edit or a deleted file
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -18,6 +23,38 @@ from pidispatch.common.runtime import stopped
 
 T = TypeVar("T")
 Signature = tuple[int, int, int, int]
+
+
+def read_regular(path: str, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most ``limit`` bytes, or None for anything else (blocking: use a
+    thread). Raises ``OSError`` when the path cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > limit:
+                return None  # it grew while being read
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_config_file(path: str, variable: str, limit: int) -> str:
+    """The text of the JSON file ``variable`` names; ``ConfigError`` naming it otherwise (blocking)."""
+    try:
+        data = read_regular(path, limit)
+    except OSError as exc:
+        raise ConfigError(f"{variable} cannot be read ({exc.strerror}); accepted: a JSON file") from None
+    if data is None:
+        name = os.path.basename(path) or path
+        raise ConfigError(f"{name} is not a regular file, or is larger than {limit} bytes")
+    return data.decode("utf-8", "replace")
 
 
 def signature(path: str) -> Signature | None:

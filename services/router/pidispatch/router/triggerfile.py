@@ -7,37 +7,12 @@ last silently) and the non-JSON constants ``NaN``/``Infinity`` are refused, not 
 from __future__ import annotations
 
 import json
-import os
-import stat
 from typing import Any, NoReturn
 
 from pidispatch.router.refusal import TriggerRefusal
 
 # A rules file is a few KiB; the cap bounds what a mistaken path (a log, an image) can cost to read.
 TRIGGERS_MAX_BYTES = 1024 * 1024
-
-
-def read_regular(path: str) -> bytes | None:
-    """The bytes of a regular file up to the cap, or None for anything else.
-
-    Opened non-blocking and checked with fstat on the open descriptor: a FIFO put in its place would
-    otherwise block the reading thread until a writer came, and a device could be read forever.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > TRIGGERS_MAX_BYTES:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 65536):
-            size += len(chunk)
-            if size > TRIGGERS_MAX_BYTES:
-                return None  # it grew while being read
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def decode(text: str) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 from pidispatch import forges
 from pidispatch.common.cronpattern import valid_pattern
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.filewatch import read_regular
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import LOCAL_KIND
 from pidispatch.forges import FORGES
@@ -53,7 +54,7 @@ from pidispatch.router.runfields import (
     refuse_unknown_keys,
     webhook_run,
 )
-from pidispatch.router.triggerfile import TRIGGERS_MAX_BYTES, decode, read_regular
+from pidispatch.router.triggerfile import TRIGGERS_MAX_BYTES, decode
 
 # Re-exported: the matchers and the service import these names from here.
 __all__ = [
@@ -106,7 +107,7 @@ def load_triggers(path: str) -> Rules:
     """Read and parse the file (blocking: call through ``asyncio.to_thread`` on a loop)."""
     name = os.path.basename(path) or path
     try:
-        raw = read_regular(path)
+        raw = read_regular(path, TRIGGERS_MAX_BYTES)
     except FileNotFoundError:
         raise ConfigError(
             f"PI_TRIGGERS_FILE {name}: file not found; accepted: a readable triggers.json "

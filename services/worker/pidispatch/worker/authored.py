@@ -14,41 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import stat
 from typing import Any
 
+from pidispatch.common.filewatch import read_regular
 from pidispatch.common.models import Job, Matched
+from pidispatch.router.triggerfile import TRIGGERS_MAX_BYTES
 
-# As the router's cap: a rules file is a few KiB.
-TRIGGERS_MAX_BYTES = 1024 * 1024
 # ``run`` fields that narrow what a job may spend: absent from the job but present in the file is skew.
 NARROWING = (("models", "models"), ("maxCostUsd", "max_cost_usd"))
 
 
 def read_text(path: str) -> str | None:
-    """The file's UTF-8 text, or None when it is missing, not a regular file, too big or not UTF-8.
-    Non-blocking open plus fstat: a FIFO in its place must not hang the reading thread."""
+    """The file's UTF-8 text, or None when it is missing, not a regular file, too big or not UTF-8."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > TRIGGERS_MAX_BYTES:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 65536):
-            size += len(chunk)
-            if size > TRIGGERS_MAX_BYTES:
-                return None  # it grew while being read
-            chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8")
+        data = read_regular(path, TRIGGERS_MAX_BYTES)
+        return None if data is None else data.decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    finally:
-        os.close(fd)
 
 
 def matched_of(job: Job) -> Matched | None:

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.filewatch import read_config_file
 from pidispatch.common.models import Job
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -129,13 +130,5 @@ def _clock(raw: object, where: str) -> time:
 
 def load_windows(path: str) -> tuple[PauseWindow, ...]:
     """Read and validate ``path`` (blocking: call through a thread)."""
-    name = os.path.basename(path) or path
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"PI_PAUSE_WINDOWS_FILE cannot be read ({exc.strerror}); accepted: a JSON file")\
-            from None
-    if len(data) > MAX_BYTES:
-        raise ConfigError(f"{name} is larger than {MAX_BYTES} bytes")
-    return parse_windows(data.decode("utf-8", "replace"), name)
+    text = read_config_file(path, "PI_PAUSE_WINDOWS_FILE", MAX_BYTES)
+    return parse_windows(text, os.path.basename(path) or path)

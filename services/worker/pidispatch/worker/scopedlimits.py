@@ -24,6 +24,7 @@ import msgspec
 
 from pidispatch import forges
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.filewatch import read_config_file
 from pidispatch.common.models import Job
 
 VARIABLE = "PI_SCOPED_LIMITS_FILE"
@@ -172,12 +173,5 @@ def _no_duplicates(rows: Sequence[ScopedLimit], name: str) -> None:
 
 def load_limits(path: str) -> tuple[ScopedLimit, ...]:
     """Read and validate ``path`` (blocking: call through a thread)."""
-    name = os.path.basename(path) or path
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{VARIABLE} cannot be read ({exc.strerror}); accepted: a JSON file") from None
-    if len(data) > MAX_BYTES:
-        raise ConfigError(f"{name} is larger than {MAX_BYTES} bytes")
-    return parse_limits(data.decode("utf-8", "replace"), name)
+    text = read_config_file(path, VARIABLE, MAX_BYTES)
+    return parse_limits(text, os.path.basename(path) or path)
