@@ -31,6 +31,23 @@ if TYPE_CHECKING:
 TokenSources = Mapping[str, object]
 
 
+class RouteDefaults:
+    """What most forges' routes share: no review states, no refused selectors or cron fields, and a
+    lookup for every firing delivery. A forge's route overrides only where it differs."""
+
+    review_states: bool = False
+    pr_selectors_refused: str | None = None
+    repository_on: tuple[str, ...] = ()
+    item_number_note: str | None = None
+    cron_keys: tuple[str, ...] = ()
+
+    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
+        return {}
+
+    def needs_lookup(self, group: ForgeGroup) -> bool:
+        return group.has_rules()  # every firing delivery asks
+
+
 class RouterForge(Protocol):
     """One forge to the router: its projection and filter, the question it asks and how it asks it, who
     the harness is there, and what its rules may say beyond the shared fields."""

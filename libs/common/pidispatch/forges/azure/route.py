@@ -17,32 +17,22 @@ from pidispatch.forges.config import ForgeConfig
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouterForge
+from pidispatch.router.forge import RouteDefaults, RouterForge
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import filled
-from pidispatch.router.refusal import TriggerEntry
-from pidispatch.router.rules import ForgeGroup, Rules
+from pidispatch.router.rules import Rules
 
 # The rule word for each work-item event.
 _WORK_ITEM_ACTION = {"workitem.created": "created", "workitem.updated": "updated"}
 
 
-class AzureRoute:
+class AzureRoute(RouteDefaults):
     name: str = FORGE.name
-    review_states: bool = False
     pr_selectors_refused: str | None = (f"an {FORGE.name} pull_request trigger "
                             "(Azure tags work items, never pull requests)")
     # A work item names no repository, so its label and comment rules say which one a job clones.
     repository_on: tuple[str, ...] = ("label", "comment")
-    item_number_note: str | None = None
-    cron_keys: tuple[str, ...] = ()
-
-    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
-        return {}
-
-    def needs_lookup(self, group: ForgeGroup) -> bool:
-        return group.has_rules()  # every firing delivery asks
 
     def project(self, body: str) -> azure_payload.AzureSubset:
         return azure_payload.project(body)

@@ -18,7 +18,7 @@ from pidispatch.forges.github.authority import GithubCloser, may_close
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouterForge
+from pidispatch.router.forge import RouteDefaults, RouterForge
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import filled
@@ -27,12 +27,9 @@ from pidispatch.router.rules import ForgeGroup, Rules
 from pidispatch.router.runfields import strict_bool
 
 
-class GitHubRoute:
+class GitHubRoute(RouteDefaults):
     name: str = FORGE.name
     review_states: bool = True
-    pr_selectors_refused: str | None = None
-    repository_on: tuple[str, ...] = ()
-    item_number_note: str | None = None
     cron_keys: tuple[str, ...] = (FORGE.name,)
 
     def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:

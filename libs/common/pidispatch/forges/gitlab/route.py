@@ -17,27 +17,16 @@ from pidispatch.forges.gitlab.authority import GitlabMember, is_developer
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouterForge
+from pidispatch.router.forge import RouteDefaults, RouterForge
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import is_int
-from pidispatch.router.refusal import TriggerEntry
-from pidispatch.router.rules import ForgeGroup, Rules
+from pidispatch.router.rules import Rules
 
 
-class GitLabRoute:
+class GitLabRoute(RouteDefaults):
     name: str = FORGE.name
-    review_states: bool = False
-    pr_selectors_refused: str | None = None
-    repository_on: tuple[str, ...] = ()
     item_number_note: str | None = "the iid on GitLab"
-    cron_keys: tuple[str, ...] = ()
-
-    def cron_fields(self, entry: TriggerEntry) -> dict[str, Any]:
-        return {}
-
-    def needs_lookup(self, group: ForgeGroup) -> bool:
-        return group.has_rules()  # every firing delivery asks
 
     def project(self, body: str) -> gitlab_payload.GitLabSubset:
         return gitlab_payload.project(body)
