@@ -32,6 +32,7 @@ FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100
 
 
 def triggers(tmp_path: Path, folder: Path, pattern: str = EVERY_3S) -> Path:
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "triggers.json"
     entry = {"on": {"type": "cron", "id": "tick", "pattern": pattern},
              "run": {"kind": "local", "folder": str(folder), "flow": "tidy", "task": "pd-test exit=0"}}
@@ -158,7 +159,8 @@ async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_
 
     with capture_logs() as logs:
         env = {"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
-        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop)
+        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
+                                        host="cron", recheck_s=0.2)
         assert started is not None
         scheduler, tasks = started
         try:
@@ -243,7 +245,8 @@ async def test_a_missing_triggers_file_serves_nothing_until_it_appears(
     stop = asyncio.Event()
     with capture_logs() as logs:
         env = {"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}
-        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop)
+        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
+                                        host="cron", recheck_s=0.2)
         assert started is not None
         scheduler, tasks = started
         try:
@@ -277,7 +280,8 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
         return int(await redis.xlen(keys.host_jobs("cron")))
 
     with capture_logs() as logs:
-        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop)
+        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
+                                        host="cron", recheck_s=0.2)
         assert started is not None
         _, tasks = started
         try:
@@ -292,3 +296,44 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
         finally:
             stop.set()
             await asyncio.gather(*tasks)
+
+
+async def test_two_live_hosts_defining_a_schedule_differently_install_nothing_until_they_agree(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    app = make_repo(tmp_path / "app")
+    trig_a, trig_b = (triggers(tmp_path / side, app, "*/2 * * * * *") for side in ("a", "b"))
+    a, b, again = (worker(env, tmp_path, n, t) for n, t in (("a", trig_a), ("b", trig_b), ("b2", trig_a)))
+    b.env["TZ"] = "Asia/Tokyo"  # the zone is part of a schedule's definition
+    tock = {"on": {"type": "cron", "id": "tock", "pattern": "* * * * * *"},
+            "run": {"kind": "local", "folder": str(app), "command": "report"}}
+    try:
+        a.start()
+        await wait_for(lambda: a.logged("schedule_fired"), 60, what="a serving alone")
+        b.start()
+        await wait_for(lambda: b.logged("cron_divergence_refused"), 60, what="b refusing a's definition")
+        (row,) = await asyncio.to_thread(schedules_cli, a.env)
+        # a's edit adds tock while b disagrees on tick: a installs nothing new and keeps tick.
+        trig_a.write_text(json.dumps({"triggers": [*json.loads(trig_a.read_text())["triggers"], tock]}))
+        await wait_for(lambda: a.logged("cron_divergence_refused"), 30, what="a refusing its own edit")
+        kept = len(a.logged("schedule_fired"))
+        await wait_for(lambda: len(a.logged("schedule_fired")) > kept, 10, what="a still firing tick")
+        b.stop()  # its row goes with a clean stop: a's next re-check installs the edit
+        await wait_for(lambda: any(e["id"] == "tock" for e in a.logged("schedule_fired")), 30,
+                       what="a serving tock")
+        again.start()  # a host that agrees installs at once
+        await wait_for(lambda: again.logged("schedule_fired"), 60, what="the agreeing host serving")
+    finally:
+        for w in (a, b, again):
+            w.stop()
+    refused = b.logged("cron_divergence_refused")[0]
+    assert refused["peers"][0]["host"] == a.env["PI_WORKER_NAME"]
+    assert refused["mine"] != refused["peers"][0]["fpCron"]
+    assert (b.logged("schedules_started")[0]["served"], b.logged("schedule_fired")) == ([], [])
+    assert (row["state"], row["hosts"]) == ("divergent", [a.env["PI_WORKER_NAME"]])
+    cleared = a.logged("cron_divergence_cleared")[0]
+    assert all(e["id"] == "tick" for e in a.log_lines()[:a.log_lines().index(cleared)]
+               if e["event"] == "schedule_fired")
+    assert a.logged("cron_divergence_refused")[0]["kept"] == ["tick"]
+    assert not again.logged("cron_divergence_refused")
+    assert again.logged("schedules_started")[0]["served"] == ["tick", "tock"]

@@ -15,13 +15,13 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.common.registry import HostRow, parse_row
 from pidispatch.common.settings import load_settings
 from pidispatch.router.rules import CronRule
+from pidispatch.worker.crongate import definitions, fleet_fingerprint
 from pidispatch.worker.schedules import (
     GRACE_MS,
     Loaded,
     Scheduler,
     cron_job,
     due,
-    fingerprint,
     host_zone,
     schedule_of,
     scheduled_for,
@@ -114,13 +114,6 @@ def test_due_fires_within_the_grace_and_names_older_ones_missed() -> None:
     assert due(nexts, now) == (["late", "on-time"], ["too-late"])
 
 
-def test_the_fingerprint_covers_the_set_and_the_zone_not_the_order() -> None:
-    one = fingerprint([("a", "* * * * *"), ("b", "0 3 * * *")], "UTC")
-    assert one == fingerprint([("b", "0 3 * * *"), ("a", "* * * * *")], "UTC")
-    assert one != fingerprint([("a", "* * * * *"), ("b", "0 3 * * *")], "Europe/Amsterdam")
-    assert one != fingerprint([("a", "* * * * *")], "UTC")
-
-
 # --- jobs ------------------------------------------------------------------------------------------
 
 
@@ -147,18 +140,28 @@ def test_a_reload_keeps_a_kept_schedules_next_and_drops_a_removed_one(caplog: An
     now = [ms(2026, 1, 1, 0, 0, 1)]
     s = scheduler(now)
     a, b = rule("a", "*/3 * * * * *"), rule("b", "0 3 * * *")
-    s.swap(Loaded(rules=(a, b), mine=(a, b)))
+    s.install(Loaded(rules=(a, b), mine=(a, b)))
     first = dict(s.nexts)
     assert datetime.fromtimestamp(first["a"] / 1000, UTC).second == 3
     now[0] += 1000
-    s.swap(Loaded(rules=(a,), mine=(a,)))
+    s.install(Loaded(rules=(a,), mine=(a,)))
     assert s.nexts == {"a": first["a"]} and list(s.active) == ["a"]
-    fp = fingerprint([("a", "*/3 * * * * *")], "Europe/Amsterdam")
-    assert s.row_fields() == {"cron": "a", "fpCron": fp, "cronCount": "1"}
     changed = rule("a", "0 * * * * *")
-    s.swap(Loaded(rules=(changed,), mine=()))
-    assert s.nexts == {} and s.unserved == {"a"}
-    assert s.row_fields() == {"cron": "", "fpCron": "", "cronCount": "0"}
+    s.install(Loaded(rules=(changed,), mine=()))
+    assert s.nexts == {} and s.active == {}
+
+
+def test_the_row_names_what_is_served_and_fingerprints_what_is_wanted() -> None:
+    s = scheduler([ms(2026, 1, 1, 0, 0, 1)])
+    a, b = rule("a", "*/3 * * * * *"), rule("b", "0 3 * * *")
+    s.install(Loaded(rules=(a,), mine=(a,)))
+    s.swap(Loaded(rules=(a, b), mine=(a, b)))  # wanted, not yet installed (the gate decides)
+    defs = definitions((a, b), "Europe/Amsterdam")
+    assert s.row_fields() == {"cron": "a", "cronCount": "1", "fpCron": fleet_fingerprint(defs),
+                              "cronSigs": f"a={defs['a']},b={defs['b']}"}
+    s.swap(Loaded(rules=(a, b), mine=()))
+    assert s.unserved == {"a", "b"}
+    assert s.row_fields() == {"cron": "a", "cronCount": "1", "fpCron": "", "cronSigs": ""}
 
 
 # --- pi-dispatch schedules ---------------------------------------------------------------------------
@@ -179,9 +182,11 @@ def test_each_schedule_is_one_row_with_exactly_the_documented_keys() -> None:
 
 
 def test_a_peers_cron_fields_are_revalidated_on_read() -> None:
-    row = parse_row({"name": "h", "cron": "a,b,../x,", "fpCron": "0123abcd", "cronCount": "2"}, 0)
+    row = parse_row({"name": "h", "cron": "a,b,../x,", "fpCron": "0123abcd", "cronCount": "2",
+                     "cronSigs": "a=0123456789ab,b=NOTHEX,../x=0123456789ab,c"}, 0)
     assert row is not None
     assert (row.cron, row.fp_cron, row.cron_count) == (frozenset({"a", "b"}), "0123abcd", 2)
+    assert row.cron_sigs == {"a": "0123456789ab"}
 
 
 @pytest.mark.parametrize(("given", "problem"), [
@@ -200,13 +205,13 @@ async def test_a_reload_during_a_fire_wins_over_the_ticks_own_next() -> None:
     now = [ms(2026, 1, 1, 0, 0, 1)]
     s = scheduler(now)
     a, b = rule("a", "*/3 * * * * *"), rule("b", "*/3 * * * * *")
-    s.swap(Loaded(rules=(a, b), mine=(a, b)))
+    s.install(Loaded(rules=(a, b), mine=(a, b)))
     now[0] = s.nexts["a"]
     fired: list[str] = []
 
     async def fire(rule: CronRule, at_ms: int, now_ms: int) -> None:
         fired.append(rule.id)
-        s.swap(Loaded(rules=(a,), mine=(a,)))  # the file lost b while a was being queued
+        s.install(Loaded(rules=(a,), mine=(a,)))  # the file lost b while a was being queued
 
     s._fire = fire  # type: ignore[method-assign]
     await s._tick(now[0])

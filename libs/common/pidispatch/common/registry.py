@@ -42,6 +42,7 @@ _DRIVE_RE = re.compile(r"^[A-Za-z]:[\\/]")
 _INT_RE = re.compile(r"^[0-9]{1,16}$")
 # Longest free-text value kept from a peer's row (version, tz, image): enough for a pinned digest.
 _TEXT_MAX = 200
+_DIGEST_RE = re.compile(r"[0-9a-f]{8,64}")
 
 class RegistryUnreachable(Exception):
     """The registry could not be read: never the same thing as "no hosts"."""
@@ -64,10 +65,12 @@ class HostRow(msgspec.Struct, frozen=True, kw_only=True):
     running: int | None = None
     tz: str = ""
     image: str = ""
-    # The cron schedules the host serves, their fingerprint (with its zone) and count.
+    # The cron schedules the host serves and how many; the fingerprint of those it wants (with its zone)
+    # and each wanted one's definition digest, which the fleet gate compares.
     cron: frozenset[str] = frozenset()
     fp_cron: str = ""
     cron_count: int | None = None
+    cron_sigs: dict[str, str] = msgspec.field(default_factory=dict)
     stale_ms: int | None = None
 
 
@@ -128,6 +131,12 @@ def _text(value: str | None) -> str:
     return value[:_TEXT_MAX]
 
 
+def parse_cron_sigs(value: str | None) -> dict[str, str]:
+    """``id=digest,...`` -> {id: digest}; a malformed pair is dropped, not guessed at."""
+    pairs = (item.partition("=") for item in (value or "").split(","))
+    return {i: d for i, _, d in pairs if TOKEN_NAME_RE.fullmatch(i) and _DIGEST_RE.fullmatch(d)}
+
+
 def valid_host_name(name: str) -> bool:
     return bool(WORKER_NAME_RE.fullmatch(name)) and not name.endswith((".json", ".log"))
 
@@ -152,6 +161,7 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
         cron=frozenset(i for i in (fields.get("cron") or "").split(",") if TOKEN_NAME_RE.fullmatch(i)),
         fp_cron=_text(fields.get("fpCron")),
         cron_count=_int(fields.get("cronCount")),
+        cron_sigs=parse_cron_sigs(fields.get("cronSigs")),
         stale_ms=max(0, now_ms - beat_at) if beat_at is not None else None,
     )
 

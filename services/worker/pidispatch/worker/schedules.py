@@ -8,7 +8,6 @@ occurrence is queued once. A host that was down across an occurrence fires nothi
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -60,12 +59,6 @@ def host_zone(env: Mapping[str, str]) -> tuple[ZoneInfo, str]:
 def served(rules: Iterable[CronRule], has_folder: Callable[[str], bool]) -> tuple[CronRule, ...]:
     """The schedules this host serves: those whose ``run.folder`` is an absolute folder on its disk."""
     return tuple(r for r in rules if os.path.isabs(str(r.run["folder"])) and has_folder(r.run["folder"]))
-
-
-def fingerprint(ids_patterns: Iterable[tuple[str, str]], tz: str) -> str:
-    """The served set and the zone in 16 hex: two hosts with the same value fire the same occurrences."""
-    material = "\n".join([tz, *sorted(f"{i} {p}" for i, p in ids_patterns)])
-    return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
 def load_schedules(path: str, has_folder: Callable[[str], bool] = os.path.isdir) -> Loaded:
@@ -135,8 +128,9 @@ class Loaded:
 
 @dataclass
 class Scheduler:
-    """The schedules this worker serves and each one's next occurrence. ``swap`` installs a new file's
-    set (a kept schedule keeps its next occurrence); ``run`` fires occurrences until stop."""
+    """The schedules this worker serves and each one's next occurrence. ``swap`` takes a new file's set
+    as wanted; the fleet gate (``crongate``) calls ``install`` once no live peer defines one of them
+    differently; ``run`` fires occurrences until stop."""
 
     redis: Redis
     keys: Keys
@@ -148,32 +142,46 @@ class Scheduler:
     active: dict[str, CronRule] = field(default_factory=dict)
     nexts: dict[str, int] = field(default_factory=dict)
     unserved: set[str] = field(default_factory=set)
+    wanted: Loaded | None = None
+    installed: Loaded | None = None
+    # Set by ``swap`` so the gate looks at a new file at once rather than at its next re-check.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def swap(self, loaded: Loaded) -> None:
-        """Serve ``loaded.mine``; the file's other schedules are logged ``schedule_unserved`` once."""
+        """Want ``loaded.mine``; the file's other schedules are logged ``schedule_unserved`` once."""
         log = get_logger()
-        rules, mine = loaded.rules, {r.id: r for r in loaded.mine}
-        for rule in rules:
+        mine = {r.id for r in loaded.mine}
+        for rule in loaded.rules:
             if rule.id not in mine and rule.id not in self.unserved:
                 self.unserved.add(rule.id)
                 log.info("schedule_unserved", id=rule.id, reason="folder-not-on-this-host")
-        self.unserved &= {r.id for r in rules} - set(mine)
+        self.unserved &= {r.id for r in loaded.rules} - mine
+        self.wanted = loaded
+        self.changed.set()
+
+    def install(self, loaded: Loaded) -> None:
+        """Serve ``loaded.mine``: a kept schedule keeps its next occurrence, a dropped one is pruned."""
+        mine = {r.id: r for r in loaded.mine}
         for sid in sorted(set(self.active) - set(mine)):
-            log.info("scheduler_removed_orphan", id=sid)
+            get_logger().info("scheduler_removed_orphan", id=sid)
             self.nexts.pop(sid, None)
         now = self.clock()
         for sid, rule in mine.items():
             old = self.active.get(sid)
             if old is None or old.pattern != rule.pattern or sid not in self.nexts:
                 self.nexts[sid] = next_occurrence(rule.pattern, now, self.zone)
-        self.active, self.rules = mine, rules
+        self.active, self.rules, self.installed = mine, loaded.rules, loaded
 
     def row_fields(self) -> dict[str, str]:
-        """The host row's cron fields: the served ids (token-safe by the loader), their fingerprint with
-        the zone, and how many; empty when this host serves none."""
+        """The host row's cron fields. ``cron``/``cronCount``: the ids served now (token-safe by the
+        loader). ``fpCron``/``cronSigs``: what this host *wants* to serve, so two hosts that take the
+        same edit each see the other's new definitions and install instead of waiting on each other."""
+        from pidispatch.worker.crongate import definitions, fleet_fingerprint
+
         ids = sorted(self.active)
-        fp = fingerprint(((r.id, r.pattern) for r in self.active.values()), self.tz) if ids else ""
-        return {"cron": ",".join(ids), "fpCron": fp, "cronCount": str(len(ids))}
+        defs = definitions(self.wanted.mine if self.wanted else (), self.tz)
+        return {"cron": ",".join(ids), "cronCount": str(len(ids)), "fpCron": fleet_fingerprint(defs),
+                "cronSigs": ",".join(f"{i}={d}" for i, d in sorted(defs.items()))}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due occurrences until ``stop``. Never raises: one failed enqueue loses that occurrence on
@@ -226,30 +234,36 @@ class Scheduler:
 
 async def start_schedules(
     env: Mapping[str, str], redis: Redis, keys: Keys, stream: str, clock: EpochMsClock, stop: asyncio.Event,
+    *, host: str, recheck_s: float,
 ) -> tuple[Scheduler, list[asyncio.Task[None]]] | None:
-    """Serve the cron triggers of ``PI_TRIGGERS_FILE`` (unset: none, returns None): the serving loop and
-    the file's watch. A bad file or ``TZ`` at start raises ``ConfigError`` (exit 2); a missing file serves
-    nothing until it appears; a bad edit keeps the running set (``schedules_reload_invalid``)."""
+    """Serve the cron triggers of ``PI_TRIGGERS_FILE`` (unset: none, returns None): the serving loop, the
+    fleet gate (re-checked every ``recheck_s``) and the file's watch. A bad file or ``TZ`` at start raises
+    ``ConfigError`` (exit 2); a missing file serves nothing until it appears; a bad edit keeps the running
+    set (``schedules_reload_invalid``)."""
     from pidispatch.common.filewatch import signature, watch_file
+    from pidispatch.worker.crongate import Gate
 
     path = (env.get("PI_TRIGGERS_FILE") or "").strip()
     if not path:
         return None
     zone, tz = host_zone(env)
     scheduler = Scheduler(redis=redis, keys=keys, stream=stream, clock=clock, zone=zone, tz=tz)
+    gate = Gate(scheduler, host, recheck_s)
     # The router's file need not be on every worker host: absent, nothing is served until it appears.
     # Its signature is taken before the load, so an edit racing the start is seen by the watch.
     since = await asyncio.to_thread(signature, path)
     if since is not None:
         scheduler.swap(await asyncio.to_thread(load_schedules, path))
+        await gate.reconcile()
     else:
         get_logger().info("schedules_file_missing", file=os.path.basename(path), served=[])
     get_logger().info("schedules_started", served=sorted(scheduler.active), tz=tz, at=clock())
     tasks = [
         asyncio.create_task(scheduler.run(stop)),
+        asyncio.create_task(gate.run(stop)),
         asyncio.create_task(watch_file(
             path, load_schedules, scheduler.swap, stop, what="schedules",
-            fields=lambda loaded: {"served": sorted(r.id for r in loaded.mine)}, since=(since,),
+            fields=lambda loaded: {"wanted": sorted(r.id for r in loaded.mine)}, since=(since,),
         )),
     ]
     return scheduler, tasks

@@ -19,7 +19,7 @@ from pidispatch.common.registry import HostRow
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.router.rules import CronRule
 
-ACTIVE, UNSERVED, TORN_DOWN = "active", "unserved", "torn-down"
+ACTIVE, UNSERVED, TORN_DOWN, DIVERGENT = "active", "unserved", "torn-down", "divergent"
 ROW_KEYS = ("id", "pattern", "tz", "hosts", "next", "last", "stalls", "state")
 
 
@@ -35,7 +35,11 @@ def schedule_rows(
     now_ms: int, zone: ZoneInfo, tz: str, guards: Mapping[str, tuple[int, bool]] | None = None,
 ) -> list[dict[str, Any]]:
     """Pure: the rows, in file order. A schedule no live host serves is ``unserved``, one the stall guard
-    tore down ``torn-down`` (nothing fires either)."""
+    tore down ``torn-down`` (nothing fires either), one two live hosts define differently ``divergent``
+    (the fleet gate holds back their edits until they agree)."""
+    from pidispatch.worker.crongate import divergent_ids
+
+    split = divergent_ids(hosts)
     rows = []
     for rule in rules:
         serving = sorted(h.name for h in hosts if rule.id in h.cron)
@@ -44,9 +48,13 @@ def schedule_rows(
         rows.append({
             "id": rule.id, "pattern": rule.pattern, "tz": tz, "hosts": serving,
             "next": datetime.fromtimestamp(at / 1000, zone).isoformat(), "last": lasts.get(rule.id),
-            "stalls": stalls, "state": TORN_DOWN if down else ACTIVE if serving else UNSERVED,
+            "stalls": stalls, "state": state(down, rule.id in split, bool(serving)),
         })
     return rows
+
+
+def state(down: bool, divergent: bool, serving: bool) -> str:
+    return TORN_DOWN if down else DIVERGENT if divergent else ACTIVE if serving else UNSERVED
 
 
 def render_table(rows: Sequence[Mapping[str, Any]]) -> str:

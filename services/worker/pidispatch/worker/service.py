@@ -99,8 +99,10 @@ class Worker:
         if not await self._ensure_groups():
             return
         own_stream = self.streams[0]  # this host's stream when it has a name, else the shared one
-        schedules = await start_schedules(self.ctx.env, self.redis, self.keys, own_stream, self.ctx.clock,
-                                          self.stop)
+        schedules = await start_schedules(
+            self.ctx.env, self.redis, self.keys, own_stream, self.ctx.clock, self.stop, host=self.ctx.host,
+            recheck_s=self.settings.host_beat_ms / 1000,
+        )
         if schedules is not None:
             self.upkeep.scheduler = schedules[0]
         self.log.info(
