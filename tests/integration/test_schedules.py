@@ -266,7 +266,7 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
     app = tmp_path / "app"
     app.mkdir()
     trig = triggers(tmp_path, app, pattern="*/2 * * * * *")
-    for n in (1, 2):
+    for n in (1, 2, 2):  # the same run found twice (a step repeated after a crash) counts once
         await count_stall(redis, keys, f"repeat:tick:{n}", 2)
     assert await guard_state(redis, keys, "tick") == (2, False)
     assert await redis.ttl(keys.sched_stalls("tick")) > 86_000  # a rolling 24 h window
@@ -337,3 +337,38 @@ async def test_two_live_hosts_defining_a_schedule_differently_install_nothing_un
     assert a.logged("cron_divergence_refused")[0]["kept"] == ["tick"]
     assert not again.logged("cron_divergence_refused")
     assert again.logged("schedules_started")[0]["served"] == ["tick", "tock"]
+
+
+async def test_a_reattach_counts_a_stall_after_a_kill_and_none_after_a_clean_shutdown(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
+) -> None:
+    from tests.support.worker import kill_tree
+
+    repo = make_repo(tmp_path / "app")
+    trig = triggers(tmp_path, repo, pattern="0 0 1 1 *")  # never due: the run is queued by run --trigger
+    trig.write_text(trig.read_text().replace("pd-test exit=0", "pd-test exit=0 sleep=60"))
+    host_env = {**env, "PI_SHUTDOWN_GRACE": "0", "PI_SCHEDULER_STALL_MAX": "5"}
+    lives = [worker(host_env, tmp_path, "a", trig) for _ in range(3)]
+    job_id = ""
+    try:
+        lives[0].start()
+        await wait_for(lambda: lives[0].logged("schedules_started"), 60, what="the worker serving")
+        job_id = (await asyncio.to_thread(run_trigger_cli, lives[0].env, "tick"))["jobId"]
+        await wait_for(lambda: lives[0].logged("job_started"), 60, what="the scheduled run to start")
+        assert lives[0].stop() == 0  # a clean stop past its grace leaves the run to the next start
+        lives[1].start()
+        await wait_for(lambda: lives[1].logged("job_reattached"), 60, what="the re-attach after a stop")
+        after_stop = await guard_state(redis, keys, "tick")
+        kill_tree(lives[1])  # this time the worker dies under the run
+        lives[2].start()
+        await wait_for(lambda: lives[2].logged("job_reattached"), 60, what="the re-attach after a kill")
+        await wait_for(lambda: lives[2].logged("scheduler_stall_counted"), 10, what="the stall")
+        after_kill = await guard_state(redis, keys, "tick")
+    finally:
+        for w in lives:
+            w.stop()
+        for c in await docker.containers.list(all=True, filters=json.dumps({"label": [f"pd.job={job_id}"]})):
+            await c.delete(force=True)
+    assert lives[0].logged("jobs_left_running")
+    assert (after_stop, after_kill) == ((0, False), (1, False))
+    assert [e["jobId"] for e in lives[2].logged("scheduler_stall_counted")] == [job_id]

@@ -201,7 +201,7 @@ class Keys:
         return self._k("cancel-ack", job_id)
 
     def sched_stalls(self, schedule_id: str) -> str:
-        """A cron schedule's worker-lost runs in the current 24 h streak."""
+        """Set: the job ids of a cron schedule's runs whose worker died under them, this 24 h streak."""
         return self._k("sched-stalls", schedule_id)
 
     def sched_down(self, schedule_id: str) -> str:

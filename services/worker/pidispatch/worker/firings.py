@@ -76,19 +76,22 @@ async def last_firing(redis: Redis, keys: Keys, schedule_id: str) -> dict[str, A
 
 
 async def count_stall(redis: Redis, keys: Keys, job_id: str, stall_max: int) -> None:
-    """A scheduled run whose worker died (recorded ``worker-lost``) counts one stall of its schedule in a
-    rolling 24 h window; past ``stall_max`` the schedule is torn down fleet-wide until re-armed (a
-    schedule that keeps killing its host must stop spending). Never raises."""
+    """A scheduled run whose worker died under it counts one stall of its schedule in a rolling 24 h
+    window; past ``stall_max`` the schedule is torn down fleet-wide until re-armed (a schedule that keeps
+    killing its host must stop spending). The run's job id is the member, so a step repeated after a
+    crash counts it once. Never raises."""
     sid = schedule_of(job_id)
     if sid is None:
         return
     log = get_logger()
     try:
         async with redis.pipeline(transaction=True) as pipe:
-            pipe.incr(keys.sched_stalls(sid))
+            pipe.sadd(keys.sched_stalls(sid), job_id)
             pipe.expire(keys.sched_stalls(sid), SCHED_STALL_WINDOW_S)
-            stalls, _ = await bounded(pipe.execute(), REDIS_OP_TIMEOUT_S)
-        log.warning("scheduler_stall_counted", schedulerId=sid, jobId=job_id, stalls=int(stalls))
+            pipe.scard(keys.sched_stalls(sid))
+            added, _, stalls = await bounded(pipe.execute(), REDIS_OP_TIMEOUT_S)
+        if added:
+            log.warning("scheduler_stall_counted", schedulerId=sid, jobId=job_id, stalls=int(stalls))
         if int(stalls) > stall_max:
             async with redis.pipeline(transaction=True) as pipe:
                 pipe.set(keys.sched_down(sid), str(stalls))
@@ -106,8 +109,11 @@ async def torn_down(redis: Redis, keys: Keys, schedule_id: str) -> bool:
 
 async def guard_state(redis: Redis, keys: Keys, schedule_id: str) -> tuple[int, bool]:
     """(stalls in the current window, torn down). Redis errors propagate."""
-    stalls, down = await redis.mget([keys.sched_stalls(schedule_id), keys.sched_down(schedule_id)])
-    return _ms(stalls) or 0, down is not None
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.scard(keys.sched_stalls(schedule_id))
+        pipe.exists(keys.sched_down(schedule_id))
+        stalls, down = await pipe.execute()
+    return int(stalls), bool(down)
 
 
 async def rearm(redis: Redis, keys: Keys, schedule_id: str) -> bool:

@@ -46,6 +46,8 @@ from pidispatch.worker.workspace import remove_workspace
 TERMINAL_STATES = frozenset({"completed", "policy", "failed"})
 # Failed outcomes that are final: the container may have spent (worker-lost) or the fault is ours (a bug).
 NOT_RETRIED = frozenset({"worker-lost", "internal-error"})
+# The job hash's ``left`` while a clean shutdown leaves the job's container running for the next start.
+HANDED_OVER = "shutdown"
 
 
 class Hold(Exception):
@@ -89,6 +91,7 @@ class Prior:
     final: bool = False  # the state hash says terminal: only the ack can be missing
     host: str | None = None  # the host that ran this attempt (its containers carry its label)
     confirmed: bool = False  # the start itself was seen (state running, a container id stored)
+    handed_over: bool = False  # a clean shutdown left it running: its worker did not die under it
 
 
 async def _prior(ctx: WorkerContext, job: Job, attempt: int) -> Prior:
@@ -105,7 +108,8 @@ async def _prior(ctx: WorkerContext, job: Job, attempt: int) -> Prior:
     record = await read_record(ctx.settings.logs_dir, job.id)
     if record is not None and record.attempt == attempt:
         return Prior(record.outcome, record.reason, launched, started_ms, host=host, confirmed=confirmed)
-    return Prior(None, None, launched, started_ms, host=host, confirmed=confirmed)
+    handed_over = state.get("left") == HANDED_OVER
+    return Prior(None, None, launched, started_ms, host=host, confirmed=confirmed, handed_over=handed_over)
 
 
 async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> bool:
@@ -127,6 +131,8 @@ async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int
     owner = prior.host if held.origin == "peer" else ctx.host
     leftover = await find_started(ctx.docker, job.id, owner) if owner else None
     if leftover is not None:
+        if not prior.handed_over:  # its worker died under a running container: a scheduled run's stall
+            await count_stall(ctx.redis, ctx.keys, job.id, ctx.settings.scheduler_stall_max)
         done = await _reattach(ctx, held, job, leftover.container_id, leftover.job_dir)
         await _conclude(ctx, held, job, attempt, started_ms, done, owner=owner)
         return True
@@ -149,7 +155,7 @@ async def _reattach(
     ctx: WorkerContext, held: Held, job: Job, container_id: str, job_dir: str | None,
 ) -> AttemptOutcome:
     get_logger().info("job_reattached", job=job.id, container=container_id[:12])
-    await set_state(ctx, job.id, state="running", container=container_id)
+    await set_state(ctx, job.id, state="running", container=container_id, left="")
     try:
         result = await follow(
             ctx.docker, container_id, timeout_s=ctx.settings.job_timeout_s, abort=held.abort,

@@ -31,11 +31,11 @@ from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.worker.context import Held, WorkerContext
+from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.forge import start_forges
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.hook import FailureHook
-from pidispatch.worker.lifecycle import Hold, process
+from pidispatch.worker.lifecycle import HANDED_OVER, Hold, process
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.pausewindows import PauseWindow, load_windows
 from pidispatch.worker.reaper import reap_strays
@@ -307,10 +307,14 @@ class Worker:
         tasks = list(self.tasks.values())
         if tasks:
             await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
-        late = [t for t in self.tasks.values() if not t.done()]
+        late_keys = [k for k, t in self.tasks.items() if not t.done()]
+        late = [self.tasks[k] for k in late_keys]
+        handed = [h.job_id for k in late_keys if (h := self.slots.get(k)) is not None and h.job_id]
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
+        for job_id in handed:  # not a worker death: the stall guard does not count their re-attach
+            await set_state(self.ctx, job_id, left=HANDED_OVER)
         if late:
             self.log.warning(
                 "jobs_left_running", count=len(late),
