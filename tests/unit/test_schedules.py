@@ -158,10 +158,11 @@ def test_the_row_names_what_is_served_and_fingerprints_what_is_wanted() -> None:
     s.swap(Loaded(rules=(a, b), mine=(a, b)))  # wanted, not yet installed (the gate decides)
     defs = definitions((a, b), "Europe/Amsterdam")
     assert s.row_fields() == {"cron": "a", "cronCount": "1", "fpCron": fleet_fingerprint(defs),
-                              "cronSigs": f"a={defs['a']},b={defs['b']}"}
+                              "cronSigs": f"a={defs['a']},b={defs['b']}", "tz": "Europe/Amsterdam"}
     s.swap(Loaded(rules=(a, b), mine=()))
     assert s.unserved == {"a", "b"}
-    assert s.row_fields() == {"cron": "a", "cronCount": "1", "fpCron": "", "cronSigs": ""}
+    assert s.row_fields() == {"cron": "a", "cronCount": "1", "fpCron": "", "cronSigs": "",
+                              "tz": "Europe/Amsterdam"}
 
 
 # --- pi-dispatch schedules ---------------------------------------------------------------------------
@@ -230,3 +231,26 @@ def test_the_stall_max_is_read_from_its_variable_with_a_default_of_2() -> None:
     assert load_settings({"PI_SCHEDULER_STALL_MAX": "0"}).scheduler_stall_max == 0
     with pytest.raises(ConfigError, match="PI_SCHEDULER_STALL_MAX"):
         load_settings({"PI_SCHEDULER_STALL_MAX": "-1"})
+
+
+async def test_the_loop_with_an_injected_clock_fires_at_the_right_instants_across_a_dst_change() -> None:
+    now = [ms(2026, 10, 24, 23, 0)]
+    s = scheduler(now)
+    daily, hourly = rule("daily", "30 2 * * *"), rule("hourly", "0 * * * *")
+    s.install(Loaded(rules=(daily, hourly), mine=(daily, hourly)))
+    fired: list[tuple[str, str]] = []
+
+    async def fire(rule: CronRule, at_ms: int, now_ms: int) -> None:
+        fired.append((rule.id, iso(at_ms)))
+
+    s._fire = fire  # type: ignore[method-assign]
+    end = ms(2026, 10, 25, 4, 0, 1, fold=0)
+    while now[0] < end:  # a tick every 500 ms of injected time, as the loop's own cadence
+        await s._tick(now[0])
+        now[0] += 500
+    assert fired == [
+        ("hourly", "2026-10-25T00:00:00+02:00"), ("hourly", "2026-10-25T01:00:00+02:00"),
+        ("hourly", "2026-10-25T02:00:00+02:00"), ("daily", "2026-10-25T02:30:00+02:00"),
+        ("hourly", "2026-10-25T02:00:00+01:00"), ("hourly", "2026-10-25T03:00:00+01:00"),
+        ("hourly", "2026-10-25T04:00:00+01:00"),
+    ]

@@ -175,13 +175,14 @@ class Scheduler:
     def row_fields(self) -> dict[str, str]:
         """The host row's cron fields. ``cron``/``cronCount``: the ids served now (token-safe by the
         loader). ``fpCron``/``cronSigs``: what this host *wants* to serve, so two hosts that take the
-        same edit each see the other's new definitions and install instead of waiting on each other."""
+        same edit each see the other's new definitions and install instead of waiting on each other.
+        ``tz``: the IANA zone its patterns are read in."""
         from pidispatch.worker.crongate import definitions, fleet_fingerprint
 
         ids = sorted(self.active)
         defs = definitions(self.wanted.mine if self.wanted else (), self.tz)
         return {"cron": ",".join(ids), "cronCount": str(len(ids)), "fpCron": fleet_fingerprint(defs),
-                "cronSigs": ",".join(f"{i}={d}" for i, d in sorted(defs.items()))}
+                "cronSigs": ",".join(f"{i}={d}" for i, d in sorted(defs.items())), "tz": self.tz}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due occurrences until ``stop``. Never raises: one failed enqueue loses that occurrence on
