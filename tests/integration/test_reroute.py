@@ -155,3 +155,28 @@ async def test_an_unusable_key_skips_only_its_own_host(redis: Redis, keys: Keys)
         assert await reroute_orphans(redis, keys, now_ms()) == 1
     assert [e["from_host"] for e in logs if e["event"] == "reroute_skipped"] == ["broken"]
     assert await redis.xlen(keys.jobs) == 1
+
+
+async def test_a_dead_hosts_unread_occurrence_moves_only_to_a_live_host_serving_its_schedule(
+    redis: Redis, keys: Keys
+) -> None:
+    await register(redis, keys, "serves-tick", "")
+    await redis.hset(keys.host("serves-tick"), "cron", "tick")
+    await register(redis, keys, "serves-tick-shared-only", "")  # reads only pd:jobs: not a target
+    await redis.hset(keys.host("serves-tick-shared-only"), mapping={"cron": "tick", "routes": "false"})
+    await register(redis, keys, "serves-other", "")
+    await redis.hset(keys.host("serves-other"), "cron", "other")
+    dead = keys.host_jobs("gone")
+
+    def occurrence(sid: str, at: int) -> Job:
+        return Job(id=f"repeat:{sid}:{at}", kind="local", repo="local:app", folder="/srv/app", task="t",
+                   trigger=Trigger(event="cron", id=sid, pattern="* * * * *"))
+
+    tick, lonely, local = occurrence("tick", 1_000), occurrence("lonely", 2_000), local_job()
+    for job in (tick, lonely, local):
+        await add(redis, dead, job)
+    assert await reroute_orphans(redis, keys, now_ms()) == 1
+    moved = await redis.xrange(keys.host_jobs("serves-tick"))
+    assert [job_from_fields(f)[0].id for _, f in moved] == [tick.id]
+    # Nobody else serves "lonely", and a plain local job's folder is its host's: both wait for it.
+    assert [job_from_fields(f)[0].id for _, f in await redis.xrange(dead)] == [lonely.id, local.id]

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pidispatch.common.cronpattern import next_occurrence, valid_pattern
+from pidispatch.common.cronpattern import next_occurrence, schedule_of, scheduled_for, valid_pattern
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.registry import HostRow, parse_row
 from pidispatch.common.settings import load_settings
@@ -23,8 +23,6 @@ from pidispatch.worker.schedules import (
     cron_job,
     due,
     host_zone,
-    schedule_of,
-    scheduled_for,
     served,
 )
 from pidispatch.worker.scheduleview import ROW_KEYS, render_table, schedule_rows, trigger_problem

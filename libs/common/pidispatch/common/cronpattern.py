@@ -1,4 +1,5 @@
-"""A cron pattern: its grammar and its next occurrence in a time zone (``croniter`` does the calendar).
+"""A cron pattern: its grammar and its next occurrence in a time zone (``croniter`` does the calendar),
+and the job id of one occurrence, ``repeat:<schedule id>:<epoch ms>``, which every service reads.
 
 Five fields put the minute first; six put seconds first.
 """
@@ -9,6 +10,8 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
+
+REPEAT_PREFIX = "repeat:"
 
 
 def valid_pattern(pattern: str) -> bool:
@@ -38,3 +41,23 @@ def next_occurrence(pattern: str, after_ms: int, zone: ZoneInfo) -> int:
 def _repeats_wall_time(at: datetime) -> bool:
     # fold=1 marks the second pass through an ambiguous wall time only when the offset really differs.
     return at.replace(fold=0).utcoffset() != at.utcoffset()
+
+
+def occurrence_id(schedule_id: str, at_ms: int) -> str:
+    return f"{REPEAT_PREFIX}{schedule_id}:{at_ms}"
+
+
+def scheduled_for(job_id: str) -> int | None:
+    """The occurrence a ``repeat:<id>:<ms>`` job id names, or None for any other id."""
+    if not job_id.startswith(REPEAT_PREFIX):
+        return None
+    _, _, ms = job_id.rpartition(":")
+    return int(ms) if ms.isascii() and ms.isdigit() else None
+
+
+def schedule_of(job_id: str) -> str | None:
+    """The schedule id inside ``repeat:<id>:<ms>``, or None."""
+    if scheduled_for(job_id) is None:
+        return None
+    sid = job_id[len(REPEAT_PREFIX):].rpartition(":")[0]
+    return sid or None

@@ -8,8 +8,10 @@ knows whether a container was started. Each move is one script that re-checks "s
 delivered" and appends the copy and deletes the source entry together, so a worker starting on its stream
 meanwhile, or a second router doing the same, can never make a job run twice or vanish.
 
-Only forge jobs move: a local or cron job names a folder on its own host's disk and waits there for
-that host to come back.
+Forge jobs move to any capable host. A scheduled occurrence (``repeat:<id>:<ms>``) moves only to a live
+host that serves its schedule, whose disk has the folder by definition, so a dead server's occurrence is
+still run once by a surviving one. Other local jobs name a folder on their own host's disk and wait there
+for that host to come back.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from pidispatch.common.cronpattern import schedule_of
 from pidispatch.common.health import Health
 from pidispatch.common.keys import REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
@@ -28,7 +31,9 @@ from pidispatch.common.registry import (
     HostRow,
     RegistryUnreachable,
     host_streams,
+    is_live,
     job_needs,
+    pick_host,
     read_live_hosts,
     route_job,
 )
@@ -75,6 +80,18 @@ def target_for(fields: Fields, hosts: list[HostRow], dead: str, keys: Keys) -> s
     return keys.host_jobs(host) if host else keys.jobs
 
 
+def occurrence_target(fields: Fields, hosts: list[HostRow], dead: str, keys: Keys) -> str | None:
+    """Pure: the stream of a live host that serves this scheduled occurrence's schedule and drains a stream
+    of its own, or None (not an occurrence, or nobody else serves it: it waits for its host)."""
+    job_id = fields.get("id", "")
+    sid = schedule_of(job_id)
+    if sid is None:
+        return None
+    serving = [h.name for h in hosts if sid in h.cron and h.routes and h.name != dead and is_live(h)]
+    host = pick_host(serving, job_id)
+    return keys.host_jobs(host) if host else None
+
+
 class _Rerouter:
     """One pass; reads the registry at most once, and only if some entry has to move."""
 
@@ -88,16 +105,22 @@ class _Rerouter:
         return self._hosts
 
     async def drain(self, host: str, stream: str) -> int:
-        """Move every undelivered forge job of ``host``'s stream; returns how many moved."""
+        """Move every undelivered forge job and scheduled occurrence of ``host``'s stream; returns how many
+        moved."""
         last = await last_delivered(self.redis, stream)
         start = _after(last) if last else "-"
         moved = 0
         while True:
             page = await xrange(self.redis, stream, min=start, count=REROUTE_PAGE)
             for entry_id, fields in page:
-                if fields.get("kind") not in FORGE_KINDS:
-                    continue  # a local job's folder is on that host's disk: it waits for its host
-                target = target_for(fields, await self.live_hosts(), host, self.keys)
+                if fields.get("kind") in FORGE_KINDS:
+                    target: str | None = target_for(fields, await self.live_hosts(), host, self.keys)
+                elif schedule_of(fields.get("id", "")) is not None:
+                    target = occurrence_target(fields, await self.live_hosts(), host, self.keys)
+                else:
+                    target = None  # a local job's folder is on that host's disk: it waits for its host
+                if target is None:
+                    continue
                 if await REROUTE_MOVE(self.redis, [stream, target], [WORKER_GROUP, entry_id]):
                     moved += 1
             if len(page) < REROUTE_PAGE:

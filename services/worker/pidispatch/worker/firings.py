@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from redis.exceptions import RedisError
 
+from pidispatch.common.cronpattern import schedule_of, scheduled_for
 from pidispatch.common.keys import (
     REDIS_OP_TIMEOUT_S,
     SCHED_RUNS_KEEP,
@@ -19,7 +20,6 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, text
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.worker.history import iso_ms
-from pidispatch.worker.schedules import schedule_of, scheduled_for
 
 
 async def record_firing(redis: Redis, keys: Keys, job_id: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pidispatch.common.cronpattern import next_occurrence
+from pidispatch.common.cronpattern import next_occurrence, occurrence_id
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import LOCAL_KIND, Job, Trigger
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from pidispatch.common.keys import Keys
     from pidispatch.common.redis import Redis
 
-REPEAT_PREFIX = "repeat:"
 # How late an occurrence may still fire: a loop tick or a slow Redis, never a host that was down.
 GRACE_MS = 2000
 # The loop re-reads its set at least this often, so a reload or a clock step is seen promptly.
@@ -68,26 +67,6 @@ def load_schedules(path: str, has_folder: Callable[[str], bool] = os.path.isdir)
 
     rules = load_triggers(path).cron
     return Loaded(rules=rules, mine=served(rules, has_folder))
-
-
-def occurrence_id(schedule_id: str, at_ms: int) -> str:
-    return f"{REPEAT_PREFIX}{schedule_id}:{at_ms}"
-
-
-def scheduled_for(job_id: str) -> int | None:
-    """The occurrence a ``repeat:<id>:<ms>`` job id names, or None for any other id."""
-    if not job_id.startswith(REPEAT_PREFIX):
-        return None
-    _, _, ms = job_id.rpartition(":")
-    return int(ms) if ms.isascii() and ms.isdigit() else None
-
-
-def schedule_of(job_id: str) -> str | None:
-    """The schedule id inside ``repeat:<id>:<ms>``, or None."""
-    if scheduled_for(job_id) is None:
-        return None
-    sid = job_id[len(REPEAT_PREFIX):].rpartition(":")[0]
-    return sid or None
 
 
 def cron_job(rule: CronRule, at_ms: int, now_ms: int) -> Job:

@@ -20,11 +20,11 @@ from typing import Any
 
 import msgspec
 
+from pidispatch.common.cronpattern import scheduled_for
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
 from pidispatch.worker.history import iso_ms
-from pidispatch.worker.schedules import scheduled_for
 
 EVENT_POINTER = "The event that started this job is described in /job/event.json."
 OPERATOR_LABEL = "Instructions from the operator (trusted):"
