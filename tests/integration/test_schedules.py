@@ -127,6 +127,7 @@ async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_
     down_at = now_ms()
     await wait_for(lambda: now_ms() > down_at + 9500, 20, what="three occurrences to pass while down")
     again = worker(env, tmp_path, "a", trig)
+    again.log_path = tmp_path / "a-restarted.log"  # the same host, its own log: "before" is the first life's
     try:
         again.start()
         await wait_for(lambda: again.logged("schedules_started"), 60, what="the restart serving")
@@ -350,6 +351,8 @@ async def test_a_reattach_counts_a_stall_after_a_kill_and_none_after_a_clean_shu
     trig.write_text(trig.read_text().replace("pd-test exit=0", "pd-test exit=0 sleep=60"))
     host_env = {**env, "PI_SHUTDOWN_GRACE": "0", "PI_SCHEDULER_STALL_MAX": "5"}
     lives = [worker(host_env, tmp_path, "a", trig) for _ in range(3)]
+    for n, life in enumerate(lives):  # one host restarted twice, each life with its own log
+        life.log_path = tmp_path / f"a-{n}.log"
     job_id = ""
     try:
         lives[0].start()
