@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from itertools import pairwise
 from pathlib import Path
@@ -22,9 +19,8 @@ import aiodocker
 from pidispatch.common.runtime import now_ms
 from tests.support.polling import wait_for
 from tests.support.processes import ServiceProcess
+from tests.support.schedules import cli_json, cron_worker, occurrence, queued, records
 from tests.support.worker import kill_tree, make_repo
-
-FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100000", "TZ": "UTC"}
 
 
 def schedule_id(env: dict[str, str]) -> str:
@@ -37,32 +33,6 @@ def triggers(path: Path, sid: str, folder: Path, pattern: str, task: str) -> Pat
              "run": {"kind": "local", "folder": str(folder), "flow": "tidy", "task": task}}
     path.write_text(json.dumps({"triggers": [entry]}))
     return path
-
-
-def records(logs_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in logs_dir.glob("*.json")]
-
-
-def occurrence(job_id: str) -> int:
-    return int(job_id.rsplit(":", 1)[1])
-
-
-def worker(env: dict[str, str], tmp_path: Path, name: str, trig: Path, **extra: str) -> ServiceProcess:
-    host_env = {**env, **FAST, "PI_WORKER_NAME": f"{env['PI_WORKER_NAME']}-{name}",
-                "PI_TRIGGERS_FILE": str(trig), **extra}
-    return ServiceProcess("worker", host_env, tmp_path / f"{name}.log")
-
-
-def queued(host: ServiceProcess) -> list[str]:
-    return [e["jobId"] for e in host.logged("schedule_fired") if e["status"] == "queued"]
-
-
-def schedules_cli(env: dict[str, str], *args: str) -> Any:
-    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
-    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", "schedules", *args, "--json"],
-                          env=full, capture_output=True, text=True, timeout=30, check=False)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 async def containers(docker: aiodocker.Docker, *labels: str) -> list[Any]:
@@ -83,7 +53,7 @@ async def test_two_workers_on_one_schedule_one_killed_halfway_run_every_occurren
     sid = schedule_id(env)
     trig = triggers(tmp_path / "triggers.json", sid, make_repo(tmp_path / "app"), "*/3 * * * * *",
                     "pd-test exit=0")
-    a, b = worker(env, tmp_path, "a", trig), worker(env, tmp_path, "b", trig)
+    a, b = cron_worker(env, tmp_path, "a", trig), cron_worker(env, tmp_path, "b", trig)
     logs_dir = Path(env["PI_LOGS_DIR"])
     try:
         a.start()
@@ -93,6 +63,7 @@ async def test_two_workers_on_one_schedule_one_killed_halfway_run_every_occurren
         window_start = now_ms()
         window_end = window_start + 25_000
         await wait_for(lambda: now_ms() >= window_start + 12_000, 20, what="12 s of both serving")
+        (shown,) = await asyncio.to_thread(cli_json, a.env, "schedules")
         killed_at = now_ms()
         kill_tree(b)
         # The survivor fired past the window's end: every occurrence inside it was fired by then.
@@ -100,7 +71,7 @@ async def test_two_workers_on_one_schedule_one_killed_halfway_run_every_occurren
                        what="the survivor firing past the window")
         fired = [occurrence(e["jobId"]) for w in (a, b) for e in w.logged("schedule_fired")]
         expected = sorted({at for at in fired if window_start < at <= window_end})
-        await wait_for(lambda: set(expected) <= {occurrence(r["jobId"]) for r in records(logs_dir)}, 90,
+        await wait_for(lambda: set(expected) <= {occurrence(j) for j in records(logs_dir)}, 90,
                        what="a record of every occurrence")
     finally:
         a.stop()
@@ -115,10 +86,16 @@ async def test_two_workers_on_one_schedule_one_killed_halfway_run_every_occurren
     assert all(j in queued(a) for j in jobs if occurrence(j) > killed_at)  # the survivor fired each after
     both = Counter(fired)
     assert all(both[at] == 2 for at in expected if at < killed_at - 2500)  # both served before the kill
-    ran = Counter(r["jobId"] for r in records(logs_dir))
-    assert all(ran[j] == 1 for j in jobs)  # one record per occurrence
-    outcomes = {r["jobId"]: r["outcome"] for r in records(logs_dir)}
+    outcomes = {j: r["outcome"] for j, r in records(logs_dir).items()}
     assert {outcomes[j] for j in jobs} == {"completed"}, outcomes
+    # pi-dispatch schedules --json, asked while both hosts served the schedule.
+    assert list(shown) == ["id", "pattern", "tz", "hosts", "next", "last", "stalls", "state"]
+    assert (shown["id"], shown["pattern"], shown["tz"], shown["stalls"], shown["state"]) == (
+        sid, "*/3 * * * * *", "UTC", 0, "active")
+    assert shown["hosts"] == sorted([a.env["PI_WORKER_NAME"], b.env["PI_WORKER_NAME"]])
+    assert shown["last"]["jobId"].startswith(f"repeat:{sid}:") and set(shown["last"]) == {"at", "jobId",
+                                                                                        "outcome"}
+    assert shown["next"].endswith("+00:00")
 
 
 async def test_a_scheduled_run_whose_worker_is_killed_tears_its_schedule_down_until_rearmed(
@@ -129,18 +106,18 @@ async def test_a_scheduled_run_whose_worker_is_killed_tears_its_schedule_down_un
     # A's runs outlive A; B's (the same schedule, its own file) end at once, so the rearmed run finishes.
     trig_a = triggers(tmp_path / "a.json", sid, app, "*/5 * * * * *", "pd-test exit=0 sleep=60")
     trig_b = triggers(tmp_path / "b.json", sid, app, "*/5 * * * * *", "pd-test exit=0")
-    a = worker(env, tmp_path, "a", trig_a, PI_SCHEDULER_STALL_MAX="0")
-    b = worker(env, tmp_path, "b", trig_b, PI_SCHEDULER_STALL_MAX="0")
+    a = cron_worker(env, tmp_path, "a", trig_a, PI_SCHEDULER_STALL_MAX="0")
+    b = cron_worker(env, tmp_path, "b", trig_b, PI_SCHEDULER_STALL_MAX="0")
     logs_dir = Path(env["PI_LOGS_DIR"])
 
     def started() -> list[str]:
         return [e["job"] for e in a.logged("job_started") if e["job"].startswith("repeat:")]
 
     def record(job_id: str) -> dict[str, Any] | None:
-        return next((r for r in records(logs_dir) if r["jobId"] == job_id), None)
+        return records(logs_dir).get(job_id)
 
     async def state() -> str:
-        (row,) = await asyncio.to_thread(schedules_cli, b.env)
+        (row,) = await asyncio.to_thread(cli_json, b.env, "schedules")
         return str(row["state"])
 
     async def torn_down() -> bool:
@@ -160,7 +137,7 @@ async def test_a_scheduled_run_whose_worker_is_killed_tears_its_schedule_down_un
         await wait_for(lambda: len(b.logged("schedule_torn_down")) >= 2, 20, what="two skipped occurrences")
         skipped = [e["jobId"] for e in b.logged("schedule_torn_down")]
         assert not [j for j in queued(b) if occurrence(j) >= occurrence(skipped[0])]  # none queued meanwhile
-        rearmed = await asyncio.to_thread(schedules_cli, b.env, "--rearm", sid)
+        rearmed = await asyncio.to_thread(cli_json, b.env, "schedules", "--rearm", sid)
         assert rearmed == {"rearmed": sid, "wasTornDown": True}
         assert await state() == "active"
         after = await wait_for(lambda: [j for j in queued(b) if occurrence(j) > occurrence(skipped[-1])], 15,

@@ -1,15 +1,12 @@
-"""Cron schedules served by real worker processes on one Redis: two hosts serving one schedule queue and run
-each occurrence exactly once, and a host that was down across occurrences fires none of them late."""
+"""Cron schedules served by real worker processes on one Redis: a host down across occurrences fires none of
+them late; edits reload (a bad one keeps the running set); run --trigger and the event a scheduled job
+gets; the stall guard and its re-arm; the fleet gate between hosts that define a schedule differently; and
+which re-attach counts a stall. Two hosts serving one schedule through a kill: test_schedule_faults."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-from collections import Counter
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +21,10 @@ from pidispatch.worker.firings import count_stall, guard_state
 from pidispatch.worker.history import iso_ms
 from pidispatch.worker.schedules import start_schedules
 from tests.support.polling import wait_for
-from tests.support.processes import ServiceProcess
+from tests.support.schedules import cli_json, cron_worker, occurrence, records
 from tests.support.worker import make_repo
 
 EVERY_3S = "*/3 * * * * *"
-FAST = {"PD_HOST_BEAT_MS": "200", "PD_HOST_TTL_MS": "1500", "PI_DAILY_CAP": "100000", "TZ": "UTC"}
 
 
 def triggers(tmp_path: Path, folder: Path, pattern: str = EVERY_3S) -> Path:
@@ -40,85 +36,11 @@ def triggers(tmp_path: Path, folder: Path, pattern: str = EVERY_3S) -> Path:
     return path
 
 
-def records(logs_dir: Path) -> dict[str, dict[str, Any]]:
-    out = {}
-    for path in logs_dir.glob("*.json"):
-        rec = json.loads(path.read_text())
-        out[rec["jobId"]] = rec
-    return out
-
-
-def occurrence(job_id: str) -> int:
-    return int(job_id.rsplit(":", 1)[1])
-
-
-def worker(env: dict[str, str], tmp_path: Path, name: str, trig: Path) -> ServiceProcess:
-    host_env = {**env, **FAST, "PI_WORKER_NAME": f"{env['PI_WORKER_NAME']}-{name}",
-                "PI_TRIGGERS_FILE": str(trig)}
-    return ServiceProcess("worker", host_env, tmp_path / f"{name}.log")
-
-
-async def test_two_workers_serving_one_schedule_run_every_occurrence_exactly_once(
-    env: dict[str, str], docker: aiodocker.Docker, tmp_path: Path
-) -> None:
-    trig = triggers(tmp_path, make_repo(tmp_path / "app"))
-    a, b = worker(env, tmp_path, "a", trig), worker(env, tmp_path, "b", trig)
-    logs_dir = Path(env["PI_LOGS_DIR"])
-    try:
-        a.start()
-        b.start()
-        await wait_for(lambda: a.logged("schedules_started") and b.logged("schedules_started"), 60,
-                       what="both workers serving")
-        # Both serve from here on: every occurrence in the next 15 s is one both hosts fired.
-        window_start = now_ms() + 1000
-        await wait_for(lambda: now_ms() > window_start + 15_000, 30, what="15 s of occurrences")
-        window_end = now_ms() - 3000
-        fired = [e for w in (a, b) for e in w.logged("schedule_fired")]
-        expected = sorted({occurrence(e["jobId"]) for e in fired if window_start <= occurrence(e["jobId"])
-                           <= window_end})
-        await wait_for(lambda: set(expected) <= {occurrence(j) for j in records(logs_dir)}, 90,
-                       what="a record of every occurrence")
-        shown = schedules_cli({**a.env, "PD_HOST_BEAT_MS": "200"})
-    finally:
-        a.stop()
-        b.stop()
-    assert len(expected) >= 4
-    assert all(later - earlier == 3000 for earlier, later in pairwise(expected))
-    fired = [e for w in (a, b) for e in w.logged("schedule_fired")]
-    queued = Counter(e["jobId"] for e in fired if e["status"] == "queued")
-    assert all(n == 1 for n in queued.values())  # one host queued each occurrence, the other was told dup
-    for at in expected:
-        job_id = f"repeat:tick:{at}"
-        assert queued[job_id] == 1 and {e["jobId"] for e in fired}.issuperset({job_id})
-        assert Counter(e["jobId"] for e in fired)[job_id] == 2  # both hosts fired it
-    recs = records(logs_dir)
-    ran = Counter(occurrence(j) for j in recs)
-    assert all(ran[at] == 1 for at in expected)
-    assert {recs[f"repeat:tick:{at}"]["outcome"] for at in expected} == {"completed"}
-    # pi-dispatch schedules --json, asked while both hosts served the schedule.
-    assert len(shown) == 1 and list(shown[0]) == ["id", "pattern", "tz", "hosts", "next", "last", "stalls",
-                                                  "state"]
-    row = shown[0]
-    assert (row["id"], row["pattern"], row["tz"], row["stalls"], row["state"]) == ("tick", EVERY_3S, "UTC", 0,
-                                                                                 "active")
-    assert row["hosts"] == sorted([a.env["PI_WORKER_NAME"], b.env["PI_WORKER_NAME"]])
-    assert row["last"]["jobId"].startswith("repeat:tick:") and set(row["last"]) == {"at", "jobId", "outcome"}
-    assert row["next"].endswith("+00:00")
-
-
-def schedules_cli(env: dict[str, str], *args: str) -> Any:
-    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
-    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", "schedules", *args, "--json"],
-                          env=full, capture_output=True, text=True, timeout=30, check=False)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_on_time(
     env: dict[str, str], docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
     trig = triggers(tmp_path, make_repo(tmp_path / "app"))
-    first = worker(env, tmp_path, "a", trig)
+    first = cron_worker(env, tmp_path, "a", trig)
     try:
         first.start()
         await wait_for(lambda: first.logged("schedule_fired"), 60, what="a first occurrence")
@@ -126,7 +48,7 @@ async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_
         first.stop()
     down_at = now_ms()
     await wait_for(lambda: now_ms() > down_at + 9500, 20, what="three occurrences to pass while down")
-    again = worker(env, tmp_path, "a", trig)
+    again = cron_worker(env, tmp_path, "a", trig)
     again.log_path = tmp_path / "a-restarted.log"  # the same host, its own log: "before" is the first life's
     try:
         again.start()
@@ -194,15 +116,6 @@ exit 0
 """
 
 
-def run_trigger_cli(env: dict[str, str], *args: str) -> dict[str, Any]:
-    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
-    argv = [sys.executable, "-m", "pidispatch.common.cli", "run", "--trigger", *args, "--json"]
-    done = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=30, check=False)
-    assert done.returncode == 0, done.stderr
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
-
-
 async def test_run_trigger_runs_the_cron_job_now_and_its_event_names_the_occurrence_and_previous_run(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
@@ -212,16 +125,16 @@ async def test_run_trigger_runs_the_cron_job_now_and_its_event_names_the_occurre
     await build_image(tag, EVENT_AGENT, docker)
     repo = make_repo(tmp_path / "app")
     trig = triggers(tmp_path, repo, pattern="0 0 1 1 *")  # never due during the test
-    host = worker({**env, "PI_JOB_IMAGE": tag}, tmp_path, "a", trig)
+    host = cron_worker({**env, "PI_JOB_IMAGE": tag}, tmp_path, "a", trig)
     logs_dir = Path(env["PI_LOGS_DIR"])
     try:
         host.start()
         await wait_for(lambda: host.logged("schedules_started"), 60, what="the worker serving")
         before = now_ms()
-        first = run_trigger_cli(host.env, "tick")
+        first = cli_json(host.env, "run", "--trigger", "tick")
         await wait_for(lambda: first["jobId"] in records(logs_dir), 60, what="the first run's record")
         # The first run wrote its event into the folder: a second run needs --force.
-        second = run_trigger_cli(host.env, "tick", "--force")
+        second = cli_json(host.env, "run", "--trigger", "tick", "--force")
         await wait_for(lambda: second["jobId"] in records(logs_dir), 60, what="the second run's record")
     finally:
         host.stop()
@@ -290,9 +203,9 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
             await wait_for(lambda: [e for e in logs if e["event"] == "schedule_torn_down"], 10,
                            what="a skipped occurrence")
             assert await queued() == 0
-            (row,) = await asyncio.to_thread(schedules_cli, env)
+            (row,) = await asyncio.to_thread(cli_json, env, "schedules")
             assert (row["state"], row["stalls"]) == ("torn-down", 0)
-            rearmed = await asyncio.to_thread(schedules_cli, env, "--rearm", "tick")
+            rearmed = await asyncio.to_thread(cli_json, env, "schedules", "--rearm", "tick")
             assert rearmed == {"rearmed": "tick", "wasTornDown": True}
             await wait_for(queued, 10, what="the schedule firing again")
         finally:
@@ -305,7 +218,8 @@ async def test_two_live_hosts_defining_a_schedule_differently_install_nothing_un
 ) -> None:
     app = make_repo(tmp_path / "app")
     trig_a, trig_b = (triggers(tmp_path / side, app, "*/2 * * * * *") for side in ("a", "b"))
-    a, b, again = (worker(env, tmp_path, n, t) for n, t in (("a", trig_a), ("b", trig_b), ("b2", trig_a)))
+    a, b, again = (cron_worker(env, tmp_path, n, t) for n, t in (("a", trig_a), ("b", trig_b),
+                                                                  ("b2", trig_a)))
     b.env["TZ"] = "Asia/Tokyo"  # the zone is part of a schedule's definition
     tock = {"on": {"type": "cron", "id": "tock", "pattern": "* * * * * *"},
             "run": {"kind": "local", "folder": str(app), "command": "report"}}
@@ -314,7 +228,7 @@ async def test_two_live_hosts_defining_a_schedule_differently_install_nothing_un
         await wait_for(lambda: a.logged("schedule_fired"), 60, what="a serving alone")
         b.start()
         await wait_for(lambda: b.logged("cron_divergence_refused"), 60, what="b refusing a's definition")
-        (row,) = await asyncio.to_thread(schedules_cli, a.env)
+        (row,) = await asyncio.to_thread(cli_json, a.env, "schedules")
         # a's edit adds tock while b disagrees on tick: a installs nothing new and keeps tick.
         trig_a.write_text(json.dumps({"triggers": [*json.loads(trig_a.read_text())["triggers"], tock]}))
         await wait_for(lambda: a.logged("cron_divergence_refused"), 30, what="a refusing its own edit")
@@ -350,14 +264,14 @@ async def test_a_reattach_counts_a_stall_after_a_kill_and_none_after_a_clean_shu
     trig = triggers(tmp_path, repo, pattern="0 0 1 1 *")  # never due: the run is queued by run --trigger
     trig.write_text(trig.read_text().replace("pd-test exit=0", "pd-test exit=0 sleep=60"))
     host_env = {**env, "PI_SHUTDOWN_GRACE": "0", "PI_SCHEDULER_STALL_MAX": "5"}
-    lives = [worker(host_env, tmp_path, "a", trig) for _ in range(3)]
+    lives = [cron_worker(host_env, tmp_path, "a", trig) for _ in range(3)]
     for n, life in enumerate(lives):  # one host restarted twice, each life with its own log
         life.log_path = tmp_path / f"a-{n}.log"
     job_id = ""
     try:
         lives[0].start()
         await wait_for(lambda: lives[0].logged("schedules_started"), 60, what="the worker serving")
-        job_id = (await asyncio.to_thread(run_trigger_cli, lives[0].env, "tick"))["jobId"]
+        job_id = (await asyncio.to_thread(cli_json, lives[0].env, "run", "--trigger", "tick"))["jobId"]
         await wait_for(lambda: lives[0].logged("job_started"), 60, what="the scheduled run to start")
         assert lives[0].stop() == 0  # a clean stop past its grace leaves the run to the next start
         lives[1].start()
