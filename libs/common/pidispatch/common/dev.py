@@ -108,7 +108,7 @@ async def dev(args: argparse.Namespace) -> int:
             )
         if not await _wait_healthy(settings.receiver_port, children, stop):
             return 0 if stop.is_set() else 1
-        _print_banner(env, settings.key_prefix, settings.receiver_port, settings.logs_dir)
+        _print_banner(env, settings.key_prefix, settings.receiver_port, settings.logs_dir, state)
         return await _supervise(children, stop)
     finally:
         await _stop_children(children)
@@ -280,7 +280,7 @@ def _cli_path() -> str:
     return shlex.quote(beside) if os.access(beside, os.X_OK) else "pi-dispatch"
 
 
-def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) -> None:
+def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path) -> None:
     from pidispatch.forges.github import standin
 
     url = webhook_url(port)
@@ -290,6 +290,8 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
     shared = ("REDIS_URL", "PI_TRIGGERS_FILE", "PI_LOGS_DIR")
     cli_env = [f"{name}={env[name]}" for name in shared if env.get(name)]
     cli = _cli_path()
+    # Its own folder named, so the command works from any directory of another terminal.
+    fresh = f"{cli} demo-curl --dir {shlex.quote(str(state))}"
     print(
         "\n"
         "pi-dispatch dev is running. Ctrl-C stops everything.\n"
@@ -300,14 +302,14 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str) ->
         f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
-        f"with flow 'demo' once per 10 minutes. `{cli} demo-curl` prints a fresh delivery.\n"
+        f"with flow 'demo' once per 10 minutes. `{fresh}` prints a fresh delivery.\n"
         "Watch it:\n"
         f"  {rc} XRANGE {prefix}:events - +\n"
         f"  {rc} XRANGE {prefix}:jobs - +\n"
         f"  {rc} XINFO GROUPS {prefix}:jobs\n"
         "Ask why a delivery did or did not fire, and see the runs (from another terminal):\n"
         f"  {shlex.join(['export', *cli_env])}\n"
-        f"  {cli} events; {cli} explain <delivery>; {cli} runs\n",
+        f"  {cli} events; {cli} explain <delivery>; {cli} runs; {cli} status; {cli} schedules\n",
         flush=True,
     )
 
