@@ -9,9 +9,7 @@ Values live only in the returned dict; references, resolver paths and output nev
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,10 +20,9 @@ from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
 from pidispatch.worker.environment import effective_provider
 from pidispatch.worker.outcome import InfraFault, JobRefusal
+from pidispatch.worker.program import run_program
 
 STDOUT_CAP = 64 * 1024
-KILL_GRACE_S = 2.0
-READ_CHUNK = 16 * 1024
 DEFAULT_PROFILE = "default"
 NAME_RESERVED = "secret-name-reserved"
 PROFILE_UNKNOWN = "secret-profile-unknown"
@@ -112,90 +109,16 @@ def judge(code: int | None, out: bytes, *, overflow: bool, stderr_bytes: int) ->
     return Answer(value, None, code, stderr_bytes)
 
 
-def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
-    # The resolver leads its own process group, so its helpers (a CLI it spawned) get the signal too.
-    # Only while it is unreaped: after that its pid, and so the group id, may belong to someone else.
-    if proc.returncode is not None:
-        return
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-    except OSError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-
-
-async def _finish(proc: asyncio.subprocess.Process, grace_s: float) -> None:
-    """SIGTERM, SIGKILL after ``grace_s``, then reap: the child never outlives the call."""
-    if proc.returncode is None:
-        _signal(proc, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), grace_s)
-        except TimeoutError:
-            _signal(proc, signal.SIGKILL)
-    try:
-        await asyncio.wait_for(proc.wait(), grace_s)
-    except TimeoutError:
-        # Reaped, but something outside its group still holds a pipe: close our ends and move on.
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()
-
-
-async def _count(stream: asyncio.StreamReader) -> int:
-    total = 0
-    while chunk := await stream.read(READ_CHUNK):
-        total += len(chunk)
-    return total
-
-
-async def _collect(proc: asyncio.subprocess.Process) -> Answer:
-    """Read stdout up to the cap and count stderr (never read into memory), then the exit code."""
-    if proc.stdout is None or proc.stderr is None:  # both were opened as pipes
-        raise RuntimeError("resolver pipes missing")
-    errs = asyncio.create_task(_count(proc.stderr))
-    try:
-        out = bytearray()
-        while chunk := await proc.stdout.read(READ_CHUNK):
-            out += chunk
-            if len(out) > STDOUT_CAP:
-                _signal(proc, signal.SIGKILL)
-                return judge(None, b"", overflow=True, stderr_bytes=0)
-        stderr_bytes = await errs
-        code = await proc.wait()
-        return judge(code, bytes(out), overflow=False, stderr_bytes=stderr_bytes)
-    finally:
-        errs.cancel()
-
-
 async def run_resolver(
     path: str, reference: str, *, env: Mapping[str, str], timeout_s: float, abort: asyncio.Event | None
 ) -> Answer:
     """Run ``<path> <reference>`` once, bounded by ``timeout_s`` and ``abort``; never raises."""
-    if abort is not None and abort.is_set():
-        return Answer(None, "abort", None, 0, determinate=False)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            path, reference, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=dict(env), start_new_session=True,
-        )
-    except OSError:
-        return Answer(None, "spawn", None, 0, determinate=False)
-    collect = asyncio.create_task(_collect(proc))
-    aborted = asyncio.create_task(abort.wait()) if abort is not None else None
-    try:
-        waiting = {collect} if aborted is None else {collect, aborted}
-        await asyncio.wait(waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        if collect.done():
-            return collect.result()
-        failure = "abort" if aborted is not None and aborted.done() else "timeout"
-        return Answer(None, failure, None, 0, determinate=False)
-    finally:
-        collect.cancel()
-        if aborted is not None:
-            aborted.cancel()
-        await _finish(proc, KILL_GRACE_S)
+    run = await run_program(
+        path, [reference], env=env, timeout_s=timeout_s, abort=abort, stdout_cap=STDOUT_CAP
+    )
+    if run.failure in ("spawn", "timeout", "abort"):
+        return Answer(None, run.failure, None, 0, determinate=False)
+    return judge(run.code, run.stdout, overflow=run.failure == "overflow", stderr_bytes=run.stderr_bytes)
 
 
 def _refuse(job: Job, name: str, failure: str, reason: str, answer: Answer | None = None) -> JobRefusal:
