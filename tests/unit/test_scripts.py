@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from redis.exceptions import RedisError
 
-from pidispatch.common import scripts
+from pidispatch.common import scripts, workerscripts
 from pidispatch.common.keys import Keys
 from pidispatch.common.luascript import Script
 from pidispatch.common.redis import Redis, bounded
@@ -16,7 +16,7 @@ from pidispatch.common.scripts import TRIM_MARK
 
 
 def registered() -> list[Script]:
-    return [v for v in vars(scripts).values() if isinstance(v, Script)]
+    return [v for m in (scripts, workerscripts) for v in vars(m).values() if isinstance(v, Script)]
 
 
 async def test_every_registered_script_compiles(redis: Redis) -> None:

@@ -1,7 +1,7 @@
 """Server-side scripts: each makes one check-and-write atomic, so a crash never half-applies it.
 
-Every script the system runs is a ``Script`` here, called one way (``luascript``: EVALSHA, EVAL once on
-NOSCRIPT).
+Every script the system runs is a ``Script`` here or, for the worker's own counters, leases and holds, in
+``workerscripts``; all are called one way (``luascript``: EVALSHA, EVAL once on NOSCRIPT).
 """
 
 from __future__ import annotations
@@ -130,103 +130,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.call('SREM', KEYS[2], ARGV[1])
 end
 return 0
-""")
-
-# ---- worker ---------------------------------------------------------------------------------------
-
-# Hand a job this worker holds but cannot serve to another host's stream, at most once per delivery:
-# the copy is appended and the source entry acked together, and only while that entry is still pending
-# for the group (a peer that took it over meanwhile keeps it).
-# KEYS: source stream, target stream. ARGV: group, entry id, then field/value pairs for the copy.
-# Returns the new entry id, or false when the entry is no longer pending.
-FORWARD = Script("""
-if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
-  return false
-end
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-return id
-""")
-
-# Add ARGV[1] to every counter in KEYS; a counter without a TTL (just created, or re-created by a late
-# give-back) gets its window's TTL from ARGV[2..]. A busy counter keeps its TTL, so a busy window does not
-# extend itself. Returns the new counts in KEYS order.
-# KEYS: budget counters. ARGV: amount, then one ttl (s) per counter.
-BUDGET_ADD = Script("""
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = redis.call('INCRBY', key, ARGV[1])
-  if redis.call('TTL', key) == -1 then
-    redis.call('EXPIRE', key, ARGV[i + 1])
-  end
-end
-return out
-""")
-
-# Reserve one slot in every scoped window of one attempt, all or none: a full window (count + 1 > cap, or a
-# cap <= 0) writes nothing and returns its 1-based position. An existing claim means this attempt already
-# reserved (a re-run after a crash): returns -1 and counts nothing again. Otherwise 0.
-# KEYS: claim, then counters. ARGV: claim ttl (s), then cap and ttl (s) per counter.
-SCOPED_RESERVE = Script("""
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-for i = 2, #KEYS do
-  local cap = tonumber(ARGV[2 * i - 2])
-  if cap <= 0 or tonumber(redis.call('GET', KEYS[i]) or '0') + 1 > cap then return i - 1 end
-end
-local taken = {}
-for i = 2, #KEYS do
-  redis.call('INCR', KEYS[i])
-  if redis.call('TTL', KEYS[i]) == -1 then redis.call('EXPIRE', KEYS[i], ARGV[2 * i - 1]) end
-  taken[#taken + 1] = KEYS[i]
-end
-redis.call('SET', KEYS[1], table.concat(taken, '\\n'), 'EX', ARGV[1])
-return 0
-""")
-
-# Give back an attempt's scoped slots once: only while its claim exists, and never below zero (a window
-# that expired meanwhile is not re-created). Returns 1 when this call gave them back.
-# KEYS: claim, then the counters the claim names.
-SCOPED_RELEASE = Script("""
-if redis.call('DEL', KEYS[1]) == 0 then return 0 end
-for i = 2, #KEYS do
-  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
-end
-return 1
-""")
-
-# Take (or renew: the same call) a lease in every scoped concurrency set of one job, all or none, on the
-# server's clock (hosts' clocks differ). Expired leases go first, so a ceiling is never passed even by a
-# renewal. Returns 0, or the 1-based position of the first full set.
-# KEYS: lease sets. ARGV: job id, lease ttl (ms), then the ceiling per set.
-SCOPED_LEASE_TAKE = Script("""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i, key in ipairs(KEYS) do
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  if not redis.call('ZSCORE', key, ARGV[1]) and redis.call('ZCARD', key) >= tonumber(ARGV[2 + i]) then
-    return i
-  end
-end
-for _, key in ipairs(KEYS) do
-  redis.call('ZADD', key, now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('PEXPIRE', key, ARGV[2])
-end
-return 0
-""")
-
-# Drop index members whose body is gone or unreadable, but only if the body is still what the reader
-# saw: a writer that re-mirrored the run between our MGET and this call keeps its member.
-# KEYS: index, then one record key per member. ARGV: member, seen body ('' = missing), per member.
-RUNS_PRUNE = Script("""
-local removed = 0
-for i = 2, #KEYS do
-  local member, seen = ARGV[2 * i - 3], ARGV[2 * i - 2]
-  local body = redis.call('GET', KEYS[i])
-  if (body == false and seen == '') or body == seen then
-    removed = removed + redis.call('ZREM', KEYS[1], member)
-  end
-end
-return removed
 """)
 
 # ---- delayed jobs ---------------------------------------------------------------------------------

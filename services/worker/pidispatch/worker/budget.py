@@ -24,8 +24,8 @@ from pidispatch.common.keys import (
 )
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.common.scripts import BUDGET_ADD
 from pidispatch.common.settings import Settings
+from pidispatch.common.workerscripts import BUDGET_ADD
 from pidispatch.worker.outcome import JobRefusal
 
 OVER_BUDGET = "over-budget"

@@ -15,7 +15,7 @@ from pidispatch.common.keys import WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.registry import HostRow, is_live, job_needs, pick_host, read_live_hosts
-from pidispatch.common.scripts import FORWARD
+from pidispatch.common.workerscripts import FORWARD
 from pidispatch.worker.context import Held, WorkerContext
 
 FORWARDED_FIELD = "forwardedBy"

@@ -19,7 +19,7 @@ from pidispatch.common.health import Health
 from pidispatch.common.keys import DAY_S, MIRROR_MAX_DAYS, RUNS_INDEX_MAX, Keys
 from pidispatch.common.models import RunRecord
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.common.scripts import RUNS_PRUNE
+from pidispatch.common.workerscripts import RUNS_PRUNE
 from pidispatch.worker.history import encode_record
 from pidispatch.worker.jobname import job_file_name
 

@@ -24,8 +24,8 @@ from pidispatch.common.keys import (
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.common.scripts import SCOPED_RELEASE, SCOPED_RESERVE
 from pidispatch.common.settings import Settings
+from pidispatch.common.workerscripts import SCOPED_RELEASE, SCOPED_RESERVE
 from pidispatch.worker import budget
 from pidispatch.worker.outcome import JobRefusal
 from pidispatch.worker.scopedlimits import ScopedLimit, rows_for

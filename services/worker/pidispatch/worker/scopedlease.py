@@ -21,7 +21,7 @@ from pidispatch.common.keys import SCOPED_LEASE_RENEW_S, SCOPED_LEASE_TTL_MS, Ke
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.common.scripts import SCOPED_LEASE_TAKE
+from pidispatch.common.workerscripts import SCOPED_LEASE_TAKE
 from pidispatch.worker.scopedlimits import ScopedLimit, rows_for
 
 
