@@ -1,14 +1,15 @@
 """The syntax of the compound values in settings: secret-profile lists, sizes, CPU counts, uid:gid, dollar
 amounts and whether a Redis URL carries a password.
 
-Kept apart from the loader in ``settings``, which reads the environment: these only turn text into a value,
-or raise ``ConfigError`` naming the variable and what is accepted.
+Kept apart from the loader in ``settings``, which reads the environment: these turn text into a value, or
+raise ``ConfigError`` naming the variable and what is accepted (``read_int`` reads one variable itself).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from urllib.parse import parse_qs, urlsplit
 
 from pidispatch.common.dollars import USD_ACCEPTED, usd_micros
@@ -20,9 +21,24 @@ MEMORY_RE = re.compile(r"^([0-9]+)([kmg]?)$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
-def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
+def read_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    """An integer variable in ``lo..hi``; unset or blank is ``default``."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer; accepted: {lo}..{hi}") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={value} is out of range; accepted: {lo}..{hi}")
+    return value
+
+
+def parse_profiles(name: str, raw: str | None, *, what: str = "resolver") -> tuple[tuple[str, str], ...]:
     """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon."""
-    if raw is None:
+    raw = raw.strip() if raw is not None else None
+    if not raw:
         return ()
     seen: dict[str, str] = {}
     for entry in raw.split(","):
@@ -35,7 +51,7 @@ def parse_profiles(name: str, raw: str | None) -> tuple[tuple[str, str], ...]:
         if label in seen:
             raise ConfigError(f"{name} declares profile {label!r} twice; accepted: each name once")
         if not path or not os.path.isabs(path):
-            raise ConfigError(f"{name} profile {label!r} needs an absolute resolver path")
+            raise ConfigError(f"{name} profile {label!r} needs an absolute {what} path")
         seen[label] = path
     return tuple(seen.items())
 

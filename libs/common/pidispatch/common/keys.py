@@ -74,6 +74,17 @@ SCHED_RUNS_TTL_S = JOB_STATE_TTL_S
 # A schedule's stall streak: every stall restarts the 24 h window, one key per schedule.
 SCHED_STALL_WINDOW_S = DAY_S
 
+# Wait-for holds: a hold's hash outlives its next wake by an hour (at least five minutes), each check
+# refreshes it for 25 h; a cleared target's marker lives 15 minutes, so a late duplicate is superseded.
+WAIT_HOLD_MIN_TTL_MS = 5 * 60_000
+WAIT_HOLD_SLACK_MS = 3_600_000
+WAIT_COUNTER_TTL_MS = 25 * 3_600_000
+WAIT_DONE_TTL_MS = 15 * 60_000
+# A job whose check could not start for want of a slot, or whose check was interrupted, comes back later.
+WAIT_THROTTLE_MIN_MS = 11_000
+# An ``after`` closer than this is not held for: the job just runs.
+WAIT_AFTER_SLACK_MS = 1_000
+
 # Cancellation: the request lives a minute, the ack five; the CLI waits ten seconds.
 CANCEL_REQUEST_TTL_MS = 60_000
 CANCEL_ACK_TTL_MS = 300_000
@@ -211,6 +222,25 @@ class Keys:
     def sched_runs(self, schedule_id: str) -> str:
         """A cron schedule's queued occurrences: job ids scored by the occurrence's epoch ms."""
         return self._k("sched-runs", schedule_id)
+
+    def wait_job(self, job_id: str) -> str:
+        """Hash while a job is held on its ``waitFor``: since, target, dedupId, conditions, checks, faults,
+        throttles, next (ms), host."""
+        return self._k("wait", "job", job_id)
+
+    def wait_key(self, dedup_id: str) -> str:
+        """The supersede lease of one target's wait: the holding job's id (only it extends or deletes)."""
+        return self._k("wait", "key", dedup_id)
+
+    def wait_done(self, dedup_id: str) -> str:
+        """The job whose wait on this target cleared, for ``WAIT_DONE_TTL_MS``: a later duplicate is
+        superseded."""
+        return self._k("wait", "done", dedup_id)
+
+    @property
+    def wait_held(self) -> str:
+        """Set: the ids of held jobs (``waits``, ``status``); members whose hash is gone are pruned."""
+        return self._k("wait", "held")
 
     def budget_day(self, day: str) -> str:
         """``day`` is ``YYYY-MM-DD`` (UTC)."""

@@ -21,6 +21,7 @@ from pidispatch.common.configsyntax import (
     parse_profiles,
     parse_program_path,
     parse_usd,
+    read_int,
     url_carries_password,
 )
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS, parse_forward_env
@@ -28,6 +29,7 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
 from pidispatch.common.secret import Secret
 from pidispatch.common.unsupported import check_environment
+from pidispatch.common.waitsettings import WaitSettings, load_wait_settings
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -104,6 +106,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     secret_profiles: tuple[tuple[str, str], ...] = ()
     secret_resolve_timeout_s: float = 10.0
 
+    wait: WaitSettings = WaitSettings()
+
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
     value = env.get(name)
@@ -113,16 +117,7 @@ def _get(env: Mapping[str, str], name: str) -> str | None:
 
 
 def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw, 10)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer; accepted: {lo}..{hi}") from None
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name}={value} is out of range; accepted: {lo}..{hi}")
-    return value
+    return read_int(env, name, default, lo, hi)
 
 
 def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
@@ -366,6 +361,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         **_upkeep_part(env),
         **_spend_part(env),
         **_agent_part(env),
+        wait=load_wait_settings(env),
     )
 
 

@@ -23,7 +23,6 @@ ALLOW_VARIABLE = "PD_ALLOW_UNSUPPORTED"
 
 _SANDBOX = "unset it: every job runs in a throw-away folder under PI_JOBS_DIR"
 _SESSIONS = "unset it: no agent session is kept between jobs (run.resume is refused too)"
-_WAIT = "unset it: no job waits on conditions (run.waitFor is refused too)"
 _AUTH_SOURCE = "unset it: the forge's token variable is read as a personal access token"
 _HOST_BUDGET = "size PI_CONCURRENCY, PI_JOB_MEMORY and PI_JOB_CPUS to the host instead"
 _PROVIDER_KEYS = "unset it: provider keys come only from their own variables (ANTHROPIC_API_KEY, ...)"
@@ -55,14 +54,6 @@ UNSUPPORTED: dict[str, str] = {
     "PI_GLOBAL_PI_DIR": "build shared agent files into PI_JOB_IMAGE instead",
     "PI_GLOBAL_ALLOW_EXTENSIONS": "build extensions into PI_JOB_IMAGE instead",
     "PI_SECRET_RESOLVER_ROOTS": "give each resolver's absolute path in PI_SECRET_PROFILES instead",
-    "PI_WAIT_PROFILES": _WAIT,
-    "PI_WAIT_CHECK_TIMEOUT_MS": _WAIT,
-    "PI_WAIT_INTERVAL_MS": _WAIT,
-    "PI_WAIT_CHECK_SLOTS": _WAIT,
-    "PI_WAIT_MAX_MS": _WAIT,
-    "PI_WAIT_AFTER_MAX_MS": _WAIT,
-    "PI_WAIT_MAX_CHECKS": _WAIT,
-    "PI_WAIT_MAX_FAULTS": _WAIT,
     "PI_BACKENDS": _BACKEND,
     "PI_BACKEND_FLOOR": _BACKEND,
     "PI_EGRESS": _EGRESS,
@@ -101,7 +92,10 @@ HONOURED: tuple[str, ...] = (
     "PI_DAILY_CAP", "PI_WEEKLY_CAP", "PI_MONTHLY_CAP", "PI_SOFT_HOLD_PCT", "PI_DAILY_TOKEN_CAP",
     "PI_SCOPED_LIMITS_FILE", "PI_MAX_TOKENS", "PI_MAX_COST_USD",
     "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_ALLOWED_MODELS", "PI_FORWARD_ENV", "PI_SECRET_PROFILES",
-    "PI_SECRET_RESOLVE_TIMEOUT_MS", *(name for names in PROVIDER_KEY_VARS.values() for name in names),
+    "PI_SECRET_RESOLVE_TIMEOUT_MS", "PI_WAIT_PROFILES", "PI_WAIT_CHECK_TIMEOUT_MS", "PI_WAIT_INTERVAL_MS",
+    "PI_WAIT_CHECK_SLOTS", "PI_WAIT_MAX_MS", "PI_WAIT_AFTER_MAX_MS", "PI_WAIT_MAX_CHECKS",
+    "PI_WAIT_MAX_FAULTS", "PD_WAIT_INTERVAL_FLOOR_MS",
+    *(name for names in PROVIDER_KEY_VARS.values() for name in names),
 )
 
 # Names already reported by this process: load_settings may run more than once in one (pi-dispatch dev).

@@ -101,3 +101,41 @@ for i = 2, #KEYS do
 end
 return removed
 """)
+
+
+# ---- wait-for holds ---------------------------------------------------------------------------------
+
+# Take (or keep) one target's supersede lease for a job and stamp its hold, together: a holder is live
+# while its hold hash exists, so a lease and its hash are never seen apart. The holder's hash is named
+# from the lease's value (a key built inside the script: fine on the single-node Redis this runs on).
+# KEYS: lease, this job's hold hash, held set. ARGV: job id, lease ttl ms, hash ttl ms, hash key prefix,
+# now ms, then field/value pairs for the hash. Returns false when held, else the live holder's job id.
+WAIT_HOLD = Script("""
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] and redis.call('EXISTS', ARGV[4] .. holder) == 1 then
+  return holder
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('HSETNX', KEYS[2], 'since', ARGV[5])
+if #ARGV > 5 then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 6))
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[1])
+return false
+""")
+
+# End a job's hold: its hash and index entry go; the lease goes only if it is still this job's; a cleared
+# wait leaves the done marker, so a duplicate for the same target arriving later is superseded.
+# KEYS: lease, hold hash, held set, done marker. ARGV: job id, done ttl ms (0: no marker).
+WAIT_RELEASE = Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[1])
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+""")
