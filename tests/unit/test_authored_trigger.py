@@ -64,6 +64,14 @@ def test_a_rule_narrowed_after_the_job_was_queued_refuses_trigger_skew(narrowing
     assert refusal(file_of(entry), job(once=None, **carried)) is None
 
 
+def test_a_rule_that_now_waits_refuses_a_job_queued_without_its_conditions_wait_skew() -> None:
+    entry = once_entry()
+    entry["on"].pop("once")
+    entry["run"]["waitFor"] = [{"profile": "ci-green"}]
+    assert refusal(file_of(entry), job(once=None)) == "wait-skew"
+    assert refusal(file_of(entry), job(once=None, wait_for=[{"profile": "ci-green"}])) is None
+
+
 @pytest.mark.parametrize("data", [None, [], {"triggers": "x"}, {"triggers": []}, {"triggers": [1, 2]}])
 def test_a_file_that_says_nothing_about_the_rule_refuses_nothing(data: Any) -> None:
     assert refusal(data, job()) is None

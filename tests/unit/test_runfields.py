@@ -60,14 +60,14 @@ def test_a_rule_with_every_field_set_loads_and_carries_each_into_run_spec() -> N
         "excludeTools": ["bash", "powershell"], "provider": "OpenAI", "model": "gpt-X", "maxTurns": 10,
         "models": ["OpenAI/gpt-X", "anthropic/claude-sonnet"], "maxCostUsd": "0.50",
         "instructions": "Be brief.", "secrets": {"STRIPE_KEY": "op://vault/stripe"}, "secretsProfile": "prod",
-        "repository": "widgets",
+        "repository": "widgets", "waitFor": [{"after": AFTER}, {"profile": "jira"}],
     }
     assert spec(run, "azure") == RunSpec(
         flow="fix", image="ghcr.io/acme/agent:1", backend="local",
         exclude_tools=("bash", "powershell"), provider="OpenAI", model="gpt-X", max_turns=10,
         models=("OpenAI/gpt-X", "anthropic/claude-sonnet"), max_cost_usd="0.50",
         instructions="Be brief.", secrets={"STRIPE_KEY": "op://vault/stripe"},
-        secrets_profile="prod", repository="widgets",
+        secrets_profile="prod", repository="widgets", wait_for=({"after": AFTER}, {"profile": "jira"}),
     )
     # Every accepted key of a webhook rule's run is set above (kind, flow, replicas and command aside).
     assert set(RUN_KEYS) - set(run) == {"kind", "flow", "command", "replicas"}
@@ -117,7 +117,6 @@ def test_unrelated_unknown_keys_are_refused(key: str) -> None:
 
 @pytest.mark.parametrize(("key", "value"), [
     ("packages", False), ("skillsDir", "/srv/skills"), ("resume", False),
-    ("waitFor", [{"after": AFTER}, {"profile": "jira"}]),
 ])
 def test_each_run_field_no_worker_acts_on_is_refused_once_its_value_is_valid(key: str, value: Any) -> None:
     assert refusal(label({key: value})) == (

@@ -84,18 +84,22 @@ def is_close_job(job: Job) -> bool:
     return matched.type == "issue" or (matched.type == "pull_request" and matched.action in _CLOSE_ACTIONS)
 
 
-def semantic_key(job: Job) -> str:
-    """``<repo><sep><number>:<flowSlot>[:r<i>]``: one job per item and flow per window.
-
-    ``sep`` is ``!`` for pull requests on GitLab and Azure (numbered apart from issues there), else
-    ``#``; ``flowSlot`` is ``[closed:]`` then ``cmd:<command>`` or the flow."""
+def item_ref(job: Job) -> str:
+    """``<repo><sep><number>``, the item a forge job is about: ``sep`` is ``!`` for pull requests on
+    GitLab and Azure (numbered apart from issues there), else ``#``. A wait check gets it as argv[1]."""
     if job.target is None:
         raise ValueError("a forge job needs a target")
     sep = "!" if job.target.type == "pull_request" and job.kind in _BANG_PR_KINDS else "#"
+    return f"{job.repo}{sep}{job.target.number}"
+
+
+def semantic_key(job: Job) -> str:
+    """``<item_ref>:<flowSlot>[:r<i>]``: one job per item and flow per window. ``flowSlot`` is
+    ``[closed:]`` then ``cmd:<command>`` or the flow."""
     slot = f"cmd:{job.command}" if job.command is not None else f"{job.flow}"
     if is_close_job(job):
         slot = "closed:" + slot
-    key = f"{job.repo}{sep}{job.target.number}:{slot}"
+    key = f"{item_ref(job)}:{slot}"
     return f"{key}:r{job.replica}" if job.replica is not None else key
 
 

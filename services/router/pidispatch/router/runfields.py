@@ -44,14 +44,13 @@ EXCLUDABLE_TOOLS = ("read", "bash", "powershell", "edit", "write", "grep", "find
 # The run keys of a webhook rule, in the order the documentation lists them.
 RUN_KEYS = (
     "kind", "flow", "command", "image", "instructions", "repository", "replicas", "secrets", "secretsProfile",
-    "backend", "excludeTools", "provider", "model", "maxTurns", "models", "maxCostUsd",
+    "backend", "excludeTools", "provider", "model", "maxTurns", "models", "maxCostUsd", "waitFor",
 )
 # Run fields a rule may carry but no worker acts on yet, and why: each is refused after the file validates.
 REFUSED_RUN: dict[str, str] = {
     "packages": "no worker stages packages into a job",
     "skillsDir": "no worker mounts a skills folder into a job",
     "resume": "no worker keeps an agent session to resume",
-    "waitFor": "no worker holds a job until its conditions hold",
 }
 # Near misses: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
 # field under ``run`` is legal; under ``on`` every spelling is refused (these are properties of the run).
@@ -95,7 +94,7 @@ def _is_subsequence(needle: str, hay: str) -> bool:
 def cron_run_keys() -> tuple[str, ...]:
     """A cron entry's run keys: its own, the shared ones but repository, and each forge's own (a function:
     the forge routes import this module, so they cannot be asked while it loads)."""
-    shared = (k for k in RUN_KEYS[1:] if k != "repository")
+    shared = (k for k in RUN_KEYS[1:] if k not in ("repository", "waitFor"))
     forge_keys = (k for f in FORGES for k in f.router().cron_keys)
     return ("kind", "folder", "task", "portfolio", *shared, *forge_keys)
 

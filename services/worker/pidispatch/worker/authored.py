@@ -84,6 +84,9 @@ def refusal(data: Any, job: Job) -> str | None:
     for file_key, job_field in NARROWING:
         if run.get(file_key) is not None and getattr(job, job_field) is None:
             return "trigger-skew"
+    # The rule now waits and this job was queued without its conditions: it would start unwaited.
+    if run.get("waitFor") and not job.wait_for:
+        return "wait-skew"
     return None
 
 
@@ -99,7 +102,8 @@ def _refusal_from_file(path: str, job: Job) -> str | None:
 
 
 async def authored_refusal(path: str, job: Job) -> str | None:
-    """Rows 1-2 of the ladder: ``once-already-spent`` or ``trigger-skew`` from the file now, or None."""
+    """Rows 1-2 of the ladder: ``once-already-spent``, ``trigger-skew`` or ``wait-skew`` from the file now,
+    or None."""
     if matched_of(job) is None:
         return None
     return await asyncio.to_thread(_refusal_from_file, path, job)

@@ -23,6 +23,7 @@ from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.pausewindows import PauseWindow
 from pidispatch.worker.runner import Abort
 from pidispatch.worker.scopedlimits import ScopedLimit
+from pidispatch.worker.waitgate import WaitGate
 
 
 @dataclass
@@ -35,7 +36,7 @@ class WorkerContext:
     env: Mapping[str, str]  # the worker's environment: provider keys, PI_FORWARD_ENV values, resolvers
     redis_health: Health
     busy_folders: set[str] = field(default_factory=set)
-    # This host's capability tokens (``s:<secret profile>``), published in its liveness row.
+    # This host's capability tokens (``s:<secret profile>``, ``w:<wait profile>``), in its liveness row.
     caps: frozenset[str] = frozenset()
     # The fleet's run history: only hosts with a declared name mirror their records.
     mirror: Mirror | None = None
@@ -50,6 +51,8 @@ class WorkerContext:
     pause_windows: tuple[PauseWindow, ...] = ()
     # Scoped limits (PI_SCOPED_LIMITS_FILE), swapped whole by the file's watcher.
     scoped_limits: tuple[ScopedLimit, ...] = ()
+    # The wait-for gate (run.waitFor); None only in a context built without one (tests of other parts).
+    wait_gate: WaitGate | None = None
 
     @property
     def host(self) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -18,8 +17,7 @@ from redis.exceptions import RedisError
 
 from pidispatch.common import delayed
 from pidispatch.common.faults import crash_point
-from pidispatch.common.health import Backoff
-from pidispatch.common.keys import DEFER_MS, JOB_STATE_TTL_S, WORKER_GROUP
+from pidispatch.common.keys import JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to_fields
 from pidispatch.common.registry import RegistryUnreachable
@@ -32,7 +30,7 @@ from pidispatch.worker.forward import forward_if_unservable
 from pidispatch.worker.history import build_record, read_record, write_record
 from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
 from pidispatch.worker.outcome import AttemptOutcome, InfraFault
-from pidispatch.worker.pausewindows import pause_until
+from pidispatch.worker.pickup import defer, pickup_gates, until_done
 from pidispatch.worker.runner import (
     ContainerGone,
     DockerUnavailable,
@@ -58,8 +56,6 @@ class Hold(Exception):
         self.cause = cause
 
 
-WINDOW_SLACK_MS = 1_000
-
 
 async def process(ctx: WorkerContext, held: Held) -> None:
     """Run one held entry to an ack or a hold. Raises ``Hold`` to leave it pending."""
@@ -74,7 +70,12 @@ async def process(ctx: WorkerContext, held: Held) -> None:
             return
         if await forward_if_unservable(ctx, held, job):
             return
-        await _leased_attempt(ctx, held, job, attempt)
+        gated = await pickup_gates(ctx, held, job, attempt)
+        if isinstance(gated, AttemptOutcome):  # refused before anything was reserved
+            await _conclude(ctx, held, job, attempt, ctx.clock(), gated)
+            return
+        if gated is None:
+            await _leased_attempt(ctx, held, job, attempt)
     except (DockerUnavailable, RedisError, RegistryUnreachable) as exc:
         raise Hold(exc) from None
 
@@ -174,11 +175,9 @@ async def _reattach(
 
 
 async def _attempt(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> None:
-    if ctx.pause_windows and await _held_by_window(ctx, held, job, attempt):
-        return
     folder = job.folder if job.is_local else None
     if folder is not None and folder in ctx.busy_folders:
-        await _defer(ctx, held, job, attempt)  # one local job per folder at a time
+        await defer(ctx, held, job, attempt)  # one local job per folder at a time
         return
     if folder is not None:
         ctx.busy_folders.add(folder)
@@ -282,7 +281,7 @@ async def _after_record(
         await count_stall(ctx.redis, ctx.keys, job.id, ctx.settings.scheduler_stall_max)
     if again:
         delay_ms = ctx.settings.retry_base_ms * 2 ** (attempt - 1)
-        await _until_done(ctx, lambda: delayed.schedule(
+        await until_done(ctx, lambda: delayed.schedule(
             ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
             stream=held.stream, fields=job_to_fields(job, attempt + 1), job_id=job.id,
             attempt=attempt + 1, delay_ms=delay_ms,
@@ -290,7 +289,7 @@ async def _after_record(
         log.info("job_retry_scheduled", job=job.id, attempt=attempt, reason=reason, delay_ms=delay_ms)
         return
     terminal = {"state": outcome, "reason": reason or "", "endedAt": str(ctx.clock())}
-    await _until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))
+    await until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))
     log.info("job_finished", job=job.id, outcome=outcome, reason=reason, attempt=attempt)
     # After the ack: a crash in between loses one comment (and one hook run) rather than giving two.
     if ctx.hook is not None:
@@ -306,52 +305,6 @@ async def _mark_terminal_and_ack(ctx: WorkerContext, held: Held, job_id: str, fi
         pipe.expire(ctx.keys.job(job_id), JOB_STATE_TTL_S)
         pipe.xack(held.stream, WORKER_GROUP, held.entry_id)
         await pipe.execute()
-
-
-async def _defer(ctx: WorkerContext, held: Held, job: Job, attempt: int, why: str = "folder-busy") -> None:
-    """Back to ``pd:delayed`` for a few seconds without using an attempt (its folder is busy here, or a
-    scoped ceiling is reached)."""
-    get_logger().info("job_deferred", job=job.id, why=why)
-    await _until_done(ctx, lambda: delayed.schedule(
-        ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
-        stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=DEFER_MS,
-    ))
-
-
-async def _held_by_window(ctx: WorkerContext, held: Held, job: Job, attempt: int) -> bool:
-    """Inside a quiet-hours window: back to ``pd:delayed`` until it closes, using no attempt."""
-    now = ctx.clock()
-    until = pause_until(ctx.pause_windows, job, now)
-    if until is None or until - now <= WINDOW_SLACK_MS:  # closing within a second: just run
-        return False
-    get_logger().info("job_paused_by_window", job=job.id, until=until)
-    await _until_done(ctx, lambda: _note_window_hold(ctx, job.id, now, until))
-    await _until_done(ctx, lambda: delayed.schedule(
-        ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
-        stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=until - now,
-    ))
-    return True
-
-
-async def _note_window_hold(ctx: WorkerContext, job_id: str, now: int, until: int) -> None:
-    # For status only: members whose window closed are dropped as new ones come.
-    async with ctx.redis.pipeline(transaction=False) as pipe:
-        pipe.zremrangebyscore(ctx.keys.window_held, "-inf", now)
-        pipe.zadd(ctx.keys.window_held, {job_id: until})
-        await pipe.execute()
-
-
-async def _until_done(ctx: WorkerContext, step: Callable[[], Awaitable[object]]) -> None:
-    """A step that must happen once the record exists: retried through a Redis outage."""
-    backoff = Backoff()
-    while True:
-        try:
-            await step()
-            ctx.redis_health.ok()
-            return
-        except RedisError as exc:
-            ctx.redis_health.failed(reason=type(exc).__name__)
-        await asyncio.sleep(backoff.next())
 
 
 async def _dead(ctx: WorkerContext, held: Held, reason: str) -> None:
@@ -375,7 +328,7 @@ async def _leased_attempt(ctx: WorkerContext, held: Held, job: Job, attempt: int
         return
     lease = await take_lease(ctx.redis, ctx.keys, ctx.scoped_limits, job, ctx.host)
     if lease is None:
-        await _defer(ctx, held, job, attempt, why="scope-concurrent")
+        await defer(ctx, held, job, attempt, why="scope-concurrent")
         return
     try:
         await _attempt(ctx, held, job, attempt)

@@ -43,6 +43,7 @@ from pidispatch.worker.runner import DockerUnavailable
 from pidispatch.worker.schedules import start_schedules
 from pidispatch.worker.scopedlimits import ScopedLimit, load_limits
 from pidispatch.worker.upkeep import SlotKey, Upkeep
+from pidispatch.worker.waitgate import WaitGate
 from pidispatch.worker.workspace import ensure_jobs_dir
 
 DOCKER_CHECK_S = 3.0
@@ -60,7 +61,9 @@ class Worker:
         stop: asyncio.Event, clock: EpochMsClock, env: Mapping[str, str],
     ) -> None:
         self.settings, self.redis, self.keys, self.docker, self.stop = settings, redis, keys, docker, stop
-        caps = frozenset(capability_tokens((name for name, _ in settings.secret_profiles), ()))
+        caps = frozenset(capability_tokens(
+            (name for name, _ in settings.secret_profiles), (name for name, _ in settings.wait.profiles),
+        ))
         mirror = Mirror(redis, keys, settings.log_retention_days) if settings.worker_name_declared else None
         self.ctx = WorkerContext(
             settings, redis, keys, docker, clock, env, Health("redis_unreachable", "redis_restored"),
@@ -69,6 +72,7 @@ class Worker:
             forges=load_forge_config(env),  # validated now: a bad forge variable refuses the start (exit 2)
             hook=FailureHook(settings.on_failure, settings.on_failure_timeout_ms, env)
             if settings.on_failure else None,
+            wait_gate=WaitGate(settings.wait, redis, keys, clock, env),
         )
         self.consumer = settings.worker_name
         own = [keys.host_jobs(settings.worker_name)] if settings.worker_name_declared else []
