@@ -1,10 +1,13 @@
-"""The ``pi-dispatch`` command line, run in-process by a test."""
+"""The ``pi-dispatch`` command line, run in-process by a test, or in a fresh process."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -31,3 +34,11 @@ class Cli:
 
     def json(self) -> Any:
         return json.loads(self.out)
+
+
+def run_cli(env: Mapping[str, str], *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """``pi-dispatch <argv>`` in a fresh process that sees only ``env`` (plus PATH and HOME), as an
+    operator's shell would run it; the caller checks the exit code."""
+    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
+    return subprocess.run([sys.executable, "-m", "pidispatch.common.cli", *argv],
+                          env=full, capture_output=True, text=True, timeout=timeout, check=False)

@@ -5,7 +5,8 @@ are broken, and they fail fast (exit 1, naming REDIS_URL) when Redis does not an
 
 Cancel removes a job that has not started (waiting in ``pd:delayed``, or queued and not yet delivered to
 any worker) with one atomic step each, so it never races a worker into a half-run; a job a worker holds
-gets a request the worker acknowledges.
+gets a request the worker acknowledges. A job removed while held on its ``waitFor`` conditions has its hold
+(hash, index member, and the target's lease if it still names the job) removed after it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pidispatch.common.registry import host_streams
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.worker.waitstate import held_jobs, read_hold, release_hold
 
 JOB_ID_MAX = 200
 # States after which there is nothing left to cancel ("cancelled" is written by this module).
@@ -108,22 +110,40 @@ class CancelResult:
     attempt: int | None = None
     host: str | None = None
     state: str | None = None
+    waiting_on: bool = False  # a wait-for hold of the job existed and was removed
 
     def to_json(self) -> dict[str, Any]:
         return {
             "job": self.job, "cancelled": self.cancelled, "where": self.where, "attempt": self.attempt,
-            "host": self.host, "state": self.state, "message": self.message,
+            "host": self.host, "state": self.state, "waitingOn": self.waiting_on, "message": self.message,
         }  # fmt: skip
 
 
-def _removed_message(job_id: str, where: str, attempt: int) -> str:
-    """``attempt`` is the attempt that would have run next; earlier ones left their records."""
-    if attempt > 1:
-        again = "waiting to run again" if where == "delayed" else "queued to run again"
-        return f"cancelled {job_id}: it was {again} (attempt {attempt - 1} already ran; its record stays)"
+def _removed_message(job_id: str, where: str, attempt: int, waiting_on: bool = False) -> str:
+    """``attempt`` is the attempt that would have run next; earlier ones left their records. A held job
+    is queued (not delayed) while it waits for a worker to check its conditions again."""
     if where == "delayed":
-        return f"cancelled {job_id}: it was waiting, it never ran; no record was written"
-    return f"cancelled {job_id}: it was queued and never ran; no record was written"
+        was = "waiting on a condition" if waiting_on else "waiting"
+        if attempt > 1:
+            ran = f"attempt {attempt - 1} already ran; its record stays"
+            return f"cancelled {job_id}: it was {was} to run again ({ran})"
+        return f"cancelled {job_id}: it was {was}, it never ran; no record was written"
+    if attempt > 1:
+        on = ", waiting on a condition" if waiting_on else ""
+        ran = f"attempt {attempt - 1} already ran; its record stays"
+        return f"cancelled {job_id}: it was queued to run again{on} ({ran})"
+    was = "queued, waiting on a condition," if waiting_on else "queued"
+    return f"cancelled {job_id}: it was {was} and never ran; no record was written"
+
+
+async def _drop_hold(redis: Redis, keys: Keys, job_id: str) -> bool:
+    """Remove the job's wait-for hold, if it has one; only once the job left pd:delayed and the streams,
+    so no worker holds it (a running job's hold is its gate's to end). True when there was one."""
+    hold = await read_hold(redis, keys, job_id)
+    if hold is None:
+        return False
+    await release_hold(redis, keys, job_id, hold.dedup_id, cleared=False)
+    return True
 
 
 async def _find_in_streams(redis: Redis, keys: Keys, job_id: str) -> list[str] | None:
@@ -148,13 +168,16 @@ async def cancel_job(
     for _ in range(2):
         envelope = await find_delayed(redis, keys, job_id)
         if envelope and await remove_delayed(redis, keys, envelope.member, state="cancelled"):
-            message = _removed_message(job_id, "delayed", envelope.attempt)
-            return CancelResult(job_id, True, message, "delayed", envelope.attempt, state="cancelled")
+            held = await _drop_hold(redis, keys, job_id)
+            message = _removed_message(job_id, "delayed", envelope.attempt, held)
+            return CancelResult(job_id, True, message, "delayed", envelope.attempt, state="cancelled",
+                                waiting_on=held)  # fmt: skip
         verdict = await _find_in_streams(redis, keys, job_id)
         if verdict and verdict[0] == "removed":
             attempt = int(verdict[2]) if verdict[2].isdigit() else 1
-            message = _removed_message(job_id, "queued", attempt)
-            return CancelResult(job_id, True, message, "queued", attempt, state="cancelled")
+            held = await _drop_hold(redis, keys, job_id)
+            message = _removed_message(job_id, "queued", attempt, held)
+            return CancelResult(job_id, True, message, "queued", attempt, state="cancelled", waiting_on=held)
         if verdict and verdict[0] == "delivered":
             return await _cancel_running(redis, keys, job_id, verdict[2], wait_s, poll_s)
     return await _nothing_to_cancel(redis, keys, job_id)
@@ -209,11 +232,15 @@ async def _cancel_running(
 
 
 async def _nothing_to_cancel(redis: Redis, keys: Keys, job_id: str) -> CancelResult:
+    """Nothing runs or waits; a hold that outlived its job is still removed, so ``waits`` stops listing it."""
+    held = await _drop_hold(redis, keys, job_id)
+    left = "; its leftover wait-for hold was removed" if held else ""
     state = _s(await redis.hget(keys.job(job_id), "state"))
     if state in ENDED_STATES:
-        message = f"nothing to cancel: {job_id} already ended ({state})"
-        return CancelResult(job_id, False, message, state=state)
-    return CancelResult(job_id, False, f"no job {job_id} is queued, waiting or running", state=state)
+        message = f"nothing to cancel: {job_id} already ended ({state}){left}"
+        return CancelResult(job_id, False, message, state=state, waiting_on=held)
+    message = f"no job {job_id} is queued, waiting or running{left}"
+    return CancelResult(job_id, False, message, state=state, waiting_on=held)
 
 
 async def cancel_command(args: argparse.Namespace) -> int:
@@ -260,9 +287,12 @@ async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
         pipe.zcount(keys.window_held, f"({now_ms()}", "+inf")
         *alive, paused, n_delayed, n_dead, n_windowed = await pipe.execute()
     live = [m for m, a in zip(members, alive, strict=True) if a]
+    # Read through the holds so an index member whose hash expired is pruned, not counted.
+    n_waiting = len(await held_jobs(redis, keys))
     return {
         "paused": bool(paused), "pausedHosts": paused_hosts, "queued": queued, "running": running,
         "delayed": int(n_delayed), "dead": int(n_dead), "hosts": live, "heldByWindow": int(n_windowed),
+        "heldByWait": n_waiting,
     }  # fmt: skip
 
 
@@ -275,6 +305,7 @@ def format_status(status: dict[str, Any]) -> str:
         ("paused", paused),
         *((name, str(status[name])) for name in ("queued", "running", "delayed", "dead")),
         ("windowed", f"{status['heldByWindow']} of the delayed wait for a quiet-hours window"),
+        ("waiting", f"{status['heldByWait']} of the delayed wait for a condition (pi-dispatch waits)"),
         ("hosts", ", ".join(status["hosts"]) or "none alive"),
     ]
     return "\n".join(f"{name:<8} {value}" for name, value in rows)
