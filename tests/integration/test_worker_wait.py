@@ -5,7 +5,9 @@ jobs for one item never both run."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,11 @@ from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.worker import sentences
+from pidispatch.worker.waitgate import dedup_id
+from tests.support.cli import run_cli
 from tests.support.forges import ISSUE_REPO, GithubStandIn, posted
 from tests.support.polling import wait_for
-from tests.support.worker import enqueue, issue_job, record, running_worker
+from tests.support.worker import enqueue, issue_job, read_record, record, running_worker
 
 Logs = list[dict[str, Any]]
 # Checks come back after one second here (a deployment's floor is 30 s).
@@ -171,3 +175,25 @@ async def test_a_job_needing_a_profile_runs_only_on_the_host_that_declares_it(
     assert {r["outcome"] for r in recs} == {"completed"}
     assert len(events(logs, "job_started")) == 4
     assert all(e["to_host"] == b_env["PI_WORKER_NAME"] for e in events(logs, "job_forwarded"))
+
+
+async def test_a_cancelled_held_job_never_runs_and_its_hold_keys_are_gone(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker
+) -> None:
+    instant = now_ms() + 6_000
+    job = waiting(issue_job("exit=0", number=11), {"after": iso(instant)})
+    with capture_logs() as logs:
+        async with running_worker(env, redis, keys, docker) as (settings, _, _):
+            await enqueue(redis, keys, job)
+            await wait_for(lambda: events(logs, "wait_deferred", job), 30, what="the hold")
+            held_keys = [keys.wait_job(job.id), keys.wait_key(dedup_id(job))]
+            assert await redis.exists(*held_keys) == 2
+            done = await asyncio.to_thread(run_cli, env, "cancel", job.id, "--json")
+            # Past the instant, with the promoter and the worker running: nothing comes back.
+            await wait_for(lambda: now_ms() > instant + 3_000, 15, what="the instant to pass")
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["waitingOn"] is True
+    assert await redis.exists(*held_keys) == 0 and await redis.smembers(keys.wait_held) == set()
+    assert not events(logs, "job_started") and read_record(settings.logs_dir, job) is None
+    assert await redis.zcard(keys.delayed) == 0

@@ -64,8 +64,9 @@ REFUSALS: dict[str, str] = {
     "wait-expired": "a condition this job waited for did not come true in time",
     "wait-unanswerable": "a condition this job waits for cannot be checked",
     "wait-profile-unknown": "the job waits on a check the worker does not know",
-    "wait-superseded": "a newer job for the same item took this one's place",
-    "wait-unreadable": "the answer of a check this job waits for could not be read",
+    "wait-superseded": "another job for the same item is already waiting, or has just run, in this one's "
+                       "place",
+    "wait-unreadable": "a condition this job waits for could not be read",
     "wait-after-beyond-max": "the job asks to wait longer than the worker allows",
 }
 REFUSAL_GENERIC = "a check before the run stopped this job"
