@@ -24,6 +24,7 @@ from pidispatch.worker.waitgate import dedup_id
 from tests.support.cli import run_cli
 from tests.support.forges import ISSUE_REPO, GithubStandIn, posted
 from tests.support.polling import wait_for
+from tests.support.waits import check_program
 from tests.support.worker import enqueue, issue_job, read_record, record, running_worker
 
 Logs = list[dict[str, Any]]
@@ -37,24 +38,6 @@ def events(logs: Logs, name: str, job: Job | None = None) -> Logs:
 
 def waiting(job: Job, *conditions: dict[str, str]) -> Job:
     return msgspec.structs.replace(job, wait_for=list(conditions))
-
-
-def check(folder: Path, *codes: int) -> str:
-    """A check program answering ``codes`` in turn (the last from then on); it notes each argv[1]."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "answers").write_text("".join(f"{c}\n" for c in codes))
-    path = folder / "check"
-    path.write_text(
-        "#!/bin/sh\n"
-        'd="$(dirname "$0")"; echo "$1" >> "$d/args"\n'
-        'code=$(head -n1 "$d/answers")\n'
-        'if [ "$(wc -l < "$d/answers")" -gt 1 ]; then\n'
-        '  tail -n +2 "$d/answers" > "$d/a.tmp"; mv "$d/a.tmp" "$d/answers"\n'
-        "fi\n"
-        'exit "$code"\n'
-    )
-    path.chmod(0o755)
-    return str(path)
 
 
 def iso(ms: int) -> str:
@@ -89,7 +72,7 @@ async def test_an_after_instant_starts_the_container_no_earlier_and_within_a_sec
 async def test_a_profile_answering_not_yet_twice_runs_after_the_third_check(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check(tmp_path / 'ci', 3, 3, 0)}"}
+    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 3, 3, 0)}"}
     job = waiting(issue_job("exit=0", number=5), {"profile": "ci"})
     with capture_logs() as logs:
         async with running_worker(profile_env, redis, keys, docker) as (settings, _, _):
@@ -106,7 +89,7 @@ async def test_a_profile_answering_never_is_refused_with_no_container_and_no_bud
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, github: GithubStandIn,
     tmp_path: Path,
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check(tmp_path / 'ci', 2)}"}
+    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 2)}"}
     job = waiting(issue_job("exit=0", number=6), {"profile": "ci"})
     with capture_logs() as logs:
         async with running_worker(profile_env, redis, keys, docker) as (settings, _, _):
@@ -124,7 +107,7 @@ async def test_a_check_that_always_faults_is_unanswerable_after_the_max_faults(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
     profile_env = {**env, **FAST_CHECKS, "PI_WAIT_MAX_FAULTS": "3",
-                   "PI_WAIT_PROFILES": f"ci:{check(tmp_path / 'ci', 1)}"}
+                   "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 1)}"}
     job = waiting(issue_job("exit=0", number=8), {"profile": "ci"})
     with capture_logs() as logs:
         async with running_worker(profile_env, redis, keys, docker) as (settings, _, _):
@@ -138,7 +121,7 @@ async def test_a_check_that_always_faults_is_unanswerable_after_the_max_faults(
 async def test_a_second_job_for_the_same_item_while_the_first_waits_never_runs(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check(tmp_path / 'ci', 3, 3, 0)}"}
+    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 3, 3, 0)}"}
     first = waiting(issue_job("exit=0", number=9), {"profile": "ci"})
     # A redelivery after the router's dedup window: another job id, the same item, flow and rule.
     second = msgspec.structs.replace(first, id=first.id + "-again")
@@ -159,7 +142,7 @@ async def test_a_job_needing_a_profile_runs_only_on_the_host_that_declares_it(
 ) -> None:
     a_env = {**env, "PI_WORKER_NAME": env["PI_WORKER_NAME"] + "-a"}
     b_env = {**env, **FAST_CHECKS, "PI_WORKER_NAME": env["PI_WORKER_NAME"] + "-b",
-             "PI_WAIT_PROFILES": f"ci:{check(tmp_path / 'ci', 0)}"}
+             "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 0)}"}
     jobs = [waiting(issue_job("exit=0", number=20 + n), {"profile": "ci"}) for n in range(4)]
     with capture_logs() as logs:
         async with running_worker(a_env, redis, keys, docker) as _a, \

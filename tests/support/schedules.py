@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import run_cli
 from tests.support.processes import ServiceProcess
 
 # A dead host's row expires in 1.5 s, and a fleet gate re-check comes every 200 ms.
@@ -41,8 +39,6 @@ def queued(host: ServiceProcess) -> list[str]:
 
 def cli_json(env: dict[str, str], *args: str) -> Any:
     """``pi-dispatch <args> --json`` in a fresh process; asserts exit 0."""
-    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
-    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", *args, "--json"],
-                          env=full, capture_output=True, text=True, timeout=30, check=False)
+    done = run_cli(env, *args, "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

@@ -5,7 +5,6 @@ never or nothing, every bound, and the supersede lease that lets one job per tar
 from __future__ import annotations
 
 import asyncio
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from pidispatch.worker.waitgate import (
     read_conditions,
 )
 from tests.support.polling import wait_for
+from tests.support.waits import check_program
 
 NOW = 1_780_000_000_000
 AFTER = "2026-06-01T00:00:00Z"  # 1780272000000
@@ -97,24 +97,6 @@ def test_the_interval_has_a_floor_only_tests_lower_and_bad_values_refuse() -> No
 
 
 # --- the gate, with a real Redis and real check programs ---------------------------------------------
-
-
-def check_program(folder: Path, *codes: int) -> str:
-    """A check that answers ``codes`` in turn (the last one from then on) and notes each argv[1]."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "answers").write_text("".join(f"{c}\n" for c in codes))
-    path = folder / "check"
-    path.write_text(
-        "#!/bin/sh\n"
-        'd="$(dirname "$0")"; echo "$1" >> "$d/args"\n'
-        'code=$(head -n1 "$d/answers")\n'
-        'if [ "$(wc -l < "$d/answers")" -gt 1 ]; then\n'
-        '  tail -n +2 "$d/answers" > "$d/a.tmp"; mv "$d/a.tmp" "$d/answers"\n'
-        'fi\n'
-        'echo "noise that is only counted"; exit "$code"\n'
-    )
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
 
 
 class Clock:

@@ -11,11 +11,25 @@ import asyncio
 import contextlib
 import os
 import signal
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 KILL_GRACE_S = 2.0
 READ_CHUNK = 16 * 1024
+
+
+def executable_file(path: str) -> str | None:
+    """The program's real path when it is an executable regular file now (symlinks followed), else None;
+    blocking: call through a thread. Checked at each run, since the file may change after boot."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or not os.access(real, os.X_OK):
+        return None
+    return real
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
 from pidispatch.worker.environment import effective_provider
 from pidispatch.worker.outcome import InfraFault, JobRefusal
-from pidispatch.worker.program import run_program
+from pidispatch.worker.program import executable_file, run_program
 
 STDOUT_CAP = 64 * 1024
 DEFAULT_PROFILE = "default"
@@ -63,18 +62,6 @@ def deployment_refusal(job: Job, settings: Settings) -> str | None:
     return None
 
 
-def _executable_file(path: str) -> str | None:
-    """The resolver's real path when it is an executable regular file (symlinks followed), else None."""
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or not os.access(real, os.X_OK):
-        return None
-    return real
-
-
 async def find_resolver(job: Job, settings: Settings) -> str | None:
     """The resolver of the job's profile (``default`` when it names none), or None when undeclared or
     not an executable file. Never an "only profile" fallback."""
@@ -82,7 +69,7 @@ async def find_resolver(job: Job, settings: Settings) -> str | None:
     path = dict(settings.secret_profiles).get(wanted)
     if path is None:
         return None
-    return await asyncio.to_thread(_executable_file, path)
+    return await asyncio.to_thread(executable_file, path)
 
 
 def judge(code: int | None, out: bytes, *, overflow: bool, stderr_bytes: int) -> Answer:

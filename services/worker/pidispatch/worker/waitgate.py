@@ -18,9 +18,7 @@ is refused ``wait-superseded`` while the first waits, and for 15 minutes after i
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +31,7 @@ from pidispatch.common.waitsettings import WaitSettings
 from pidispatch.router.jobs import item_ref, semantic_key
 from pidispatch.router.waitfor import WAIT_CONDITION_MAX, after_instant_ms
 from pidispatch.worker import waitstate
-from pidispatch.worker.program import ProgramRun, run_program
+from pidispatch.worker.program import ProgramRun, executable_file, run_program
 from pidispatch.worker.runner import OPERATOR_CANCEL, Abort
 
 BACKOFF_CAP_MS = 900_000
@@ -116,16 +114,6 @@ def after_check(s: WaitSettings, *, checks: int, faults: int, held_ms: int) -> s
     if checks >= s.max_checks or held_ms >= s.max_ms:
         return "wait-expired"
     return None
-
-
-def _check_program(path: str) -> str | None:
-    """The check's real path when it is an executable regular file now (it may change between checks)."""
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except OSError:
-        return None
-    return real if stat.S_ISREG(st.st_mode) and os.access(real, os.X_OK) else None
 
 
 # ---- the gate ---------------------------------------------------------------------------------------
@@ -241,7 +229,7 @@ class WaitGate:
     async def _run_profiles(self, job: Job, profiles: Sequence[str], abort: Abort) -> str:
         ref = item_ref(job)
         for name in profiles:
-            program = await asyncio.to_thread(_check_program, self.profiles[name])
+            program = await asyncio.to_thread(executable_file, self.profiles[name])
             if program is None:
                 return "wait-profile-unknown"  # declared at boot, gone or not executable now
             run = await run_program(program, [ref], env=self.env, timeout_s=self.s.check_timeout_ms / 1000,
