@@ -246,3 +246,23 @@ async def test_an_operator_cancel_during_a_check_refuses_it_as_cancelled(
     await wait_for((tmp_path / "started").exists, 10, what="the check to start")
     abort.trigger("operator-cancel")
     assert await asyncio.wait_for(decided, 10) == Refuse("operator-cancel")
+
+
+async def test_a_profile_wait_after_an_instant_counts_its_bounds_from_the_instant(
+    redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    clock = Clock()
+    g = gate(redis, keys, clock, profiles=(("ci", check_program(tmp_path, 3)),), max_ms=3_600_000)
+    instant = NOW + 2 * 86_400_000  # two days ahead: longer than the profile wait may last
+    j = job("gh-1", {"after": "2026-05-30T20:26:40Z"}, {"profile": "ci"})
+    assert await g.decide(j, Abort()) == Defer(instant - NOW, "after")
+    clock.now = instant
+    assert await g.decide(j, Abort()) == Defer(30_000, "check-not-yet")  # not expired by the days before
+
+
+async def test_a_throttled_job_is_listed_with_its_target(redis: Redis, keys: Keys, tmp_path: Path) -> None:
+    g = gate(redis, keys, Clock(), profiles=(("ci", check_program(tmp_path, 0)),))
+    async with g.slots:
+        await g.decide(job("gh-1", {"profile": "ci"}), Abort())
+    (hold,) = await waitstate.held_jobs(redis, keys)
+    assert (hold.job, hold.target, hold.dedup_id) == ("gh-1", "octo/app#7", "octo/app#7:fix#2")

@@ -163,7 +163,7 @@ class WaitGate:
         if after is not None and after > now + WAIT_AFTER_SLACK_MS:
             return await self._hold(job, target, now, until=after, why="after")
         if conditions.profiles:
-            verdict = await self._check(job, target, conditions.profiles, abort)
+            verdict = await self._check(job, target, conditions, abort)
             if verdict is not None:
                 return verdict
         hold = await waitstate.read_hold(self.redis, self.keys, job.id)
@@ -188,13 +188,16 @@ class WaitGate:
         return {"target": item_ref(job), "dedupId": target,
                 "conditions": waitstate.conditions_json(job.wait_for or ())}
 
-    async def _check(self, job: Job, target: str, profiles: Sequence[str], abort: Abort) -> WaitVerdict:
-        """Run the profiles in order, stopping at the first that is not go; None when all said go."""
+    async def _check(self, job: Job, target: str, conditions: Conditions, abort: Abort) -> WaitVerdict:
+        """Run the profiles in order, stopping at the first that is not go; None when all said go. The
+        bounds of a profile wait count from its ``after`` instant, not from a hold before it."""
         now = self.clock()
         prior = await waitstate.read_hold(self.redis, self.keys, job.id)
-        since = prior.since if prior is not None else now
+        since = max(prior.since if prior is not None else now, conditions.after_ms or 0)
         if self.slots.locked():
-            since, throttles = await waitstate.note_throttle(self.redis, self.keys, job.id, now)
+            first, throttles = await waitstate.note_throttle(self.redis, self.keys, job.id, now,
+                                                             self._fields(job, target))
+            since = max(first, conditions.after_ms or 0)
             if throttles == 5:
                 get_logger().warning("wait_capacity_exceeded", job=job.id, slots=self.s.check_slots)
             if now - since >= self.s.max_ms:
@@ -206,7 +209,7 @@ class WaitGate:
                                          ttl_ms=waitstate.hold_ttl_ms(now, now + self.s.max_ms),
                                          now_ms=now, fields=self._fields(job, target)) is not None:
                 return Refuse("wait-superseded")
-            said = await self._run_profiles(job, profiles, abort)
+            said = await self._run_profiles(job, conditions.profiles, abort)
         if said == GO:
             return None
         if said == ABORTED:

@@ -20,6 +20,7 @@ from pidispatch.common.keys import (
 )
 from pidispatch.common.models import decode_fields, text
 from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.streams import wire
 from pidispatch.common.workerscripts import WAIT_HOLD, WAIT_RELEASE
 
 
@@ -96,17 +97,20 @@ async def note_check(redis: Redis, keys: Keys, job_id: str, *, fault: bool) -> t
     return int(checks), int(faults)
 
 
-async def note_throttle(redis: Redis, keys: Keys, job_id: str, now_ms: int) -> tuple[int, int]:
-    """A check that found no free slot: stamp the hold (``since`` once) and count it; returns (since,
-    consecutive throttles)."""
+async def note_throttle(
+    redis: Redis, keys: Keys, job_id: str, now_ms: int, fields: Mapping[str, str]
+) -> tuple[int, int]:
+    """A check that found no free slot: stamp the hold (``since`` once, and ``fields``) and count it;
+    returns (since, consecutive throttles)."""
     key = keys.wait_job(job_id)
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hsetnx(key, "since", now_ms)
+        pipe.hset(key, mapping=wire(fields))
         pipe.hincrby(key, "throttles", 1)
         pipe.hget(key, "since")
         pipe.pexpire(key, WAIT_COUNTER_TTL_MS)
         pipe.sadd(keys.wait_held, job_id)
-        _, throttles, since, _, _ = await bounded(pipe.execute(), REDIS_OP_TIMEOUT_S)
+        _, _, throttles, since, _, _ = await bounded(pipe.execute(), REDIS_OP_TIMEOUT_S)
     return int(since), int(throttles)
 
 
