@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.environment import container_env
@@ -162,3 +163,19 @@ def test_every_value_is_text() -> None:
     env = container_env(github_job(), name=NAME, settings=s, host_env={"SENTRY_DSN": "d"}, secrets={"X": "y"},
                         forge_token="t")
     assert all(isinstance(v, str) for v in env.values())
+
+
+def test_the_model_endpoint_is_the_deployments_and_nothing_else_sets_it() -> None:
+    smuggled = {"PI_MODEL_BASE_URL": "http://evil.example/v1"}
+    plain = container_env(github_job(), name=NAME, settings=settings(), host_env={}, secrets=smuggled)
+    assert "PI_MODEL_BASE_URL" not in plain
+    s = settings(PI_MODEL_BASE_URL="http://172.17.0.1:8089/v1/")
+    env = container_env(github_job(), name=NAME, settings=s, host_env={}, secrets=smuggled)
+    assert env["PI_MODEL_BASE_URL"] == "http://172.17.0.1:8089/v1"
+
+
+@pytest.mark.parametrize("url", ["ftp://h/v1", "http://user:pw@h/v1", "http:///v1", "http://h/v1?k=1",
+                                 "http://h/v 1", "localhost:8080"])
+def test_a_model_endpoint_that_is_not_a_plain_http_url_refuses_the_start(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^PI_MODEL_BASE_URL is refused"):
+        settings(PI_MODEL_BASE_URL=url)

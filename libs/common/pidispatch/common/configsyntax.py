@@ -109,3 +109,17 @@ def parse_program_path(name: str, raw: str | None) -> str | None:
     if raw is not None and not os.path.isabs(raw):
         raise ConfigError(f"{name} is not an absolute path; accepted: the absolute path of a program")
     return raw
+
+
+def parse_base_url(name: str, raw: str | None) -> str | None:
+    """An http(s) endpoint with a host and no credentials in it (the URL reaches every job's environment,
+    where a key belongs in the provider's own variable)."""
+    if raw is None:
+        return None
+    parts = urlsplit(raw)
+    ok = (parts.scheme in ("http", "https") and parts.hostname and not parts.username and not parts.password
+          and not parts.query and not parts.fragment and not any(c.isspace() or ord(c) < 0x20 for c in raw))
+    if not ok:
+        raise ConfigError(f"{name} is refused; accepted: an http:// or https:// URL with a host, without "
+                          "credentials, query or fragment, like http://10.0.0.5:8080/v1")
+    return raw.rstrip("/")

@@ -15,6 +15,7 @@ from typing import TypedDict
 import msgspec
 
 from pidispatch.common.configsyntax import (
+    parse_base_url,
     parse_cpus,
     parse_job_user,
     parse_memory,
@@ -105,6 +106,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Secret profiles: (name, absolute resolver path) in declaration order.
     secret_profiles: tuple[tuple[str, str], ...] = ()
     secret_resolve_timeout_s: float = 10.0
+    # Where the job's provider is reached instead of its default endpoint (a local model, a proxy).
+    model_base_url: str | None = None
 
     wait: WaitSettings = WaitSettings()
 
@@ -199,6 +202,7 @@ class _AgentPart(TypedDict):
     forward_env: tuple[str, ...]
     secret_profiles: tuple[tuple[str, str], ...]
     secret_resolve_timeout_s: float
+    model_base_url: str | None
 
 
 def _store_part(env: Mapping[str, str]) -> _StorePart:
@@ -345,6 +349,7 @@ def _agent_part(env: Mapping[str, str]) -> _AgentPart:
         forward_env=parse_forward_env(_get(env, "PI_FORWARD_ENV")),
         secret_profiles=parse_profiles("PI_SECRET_PROFILES", _get(env, "PI_SECRET_PROFILES")),
         secret_resolve_timeout_s=resolve_ms / 1000,
+        model_base_url=parse_base_url("PI_MODEL_BASE_URL", _get(env, "PI_MODEL_BASE_URL")),
     )
 
 

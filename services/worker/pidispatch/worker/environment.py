@@ -19,6 +19,8 @@ from pidispatch.worker.outcome import JobConfigRefused
 
 CONTAINER_HOME = "/home/pi"
 COST_CAP_VAR = "PI_MAX_COST_MICROS"
+# The runner writes it into pi's models.json as the provider's base URL.
+BASE_URL_VAR = "PI_MODEL_BASE_URL"
 PLAYWRIGHT_ENV: Mapping[str, str] = {
     "PLAYWRIGHT_BROWSERS_PATH": "/ms-playwright",
     "PLAYWRIGHT_MCP_BROWSER": "chromium",
@@ -111,7 +113,8 @@ def container_env(
     """Pure: the closed map of variables one job's container sees. No value is ever ``None``.
 
     Assignment order (later wins): base map -> provider credential -> ``PI_FORWARD_ENV`` -> resolved
-    secrets -> ``HOME`` -> cost cap settled -> runner-internal names deleted -> forge token. Secrets that
+    secrets -> ``HOME`` -> cost cap and model endpoint settled -> runner-internal names deleted -> forge
+    token. Secrets that
     would shadow a runtime name are refused before this (``resolve_secrets``); the order is the second line
     of defence.
     Raises ``JobConfigRefused`` for a secret name that is not a variable name, a job cap that is not an
@@ -142,6 +145,10 @@ def container_env(
     cap = effective_cost_micros(job, settings)
     if cap is not None:
         env[COST_CAP_VAR] = str(cap)
+    # Likewise the endpoint: the deployment's, never one a trigger or a forwarded name could set.
+    env.pop(BASE_URL_VAR, None)
+    if settings.model_base_url is not None:
+        env[BASE_URL_VAR] = settings.model_base_url
     for var in RUNNER_INTERNAL_VARS:
         env.pop(var, None)
     if forge_token is not None:
