@@ -1,0 +1,142 @@
+"""A stand-in model provider for tests and the dev demo: a local OpenAI-compatible chat-completions server
+that plays a scripted conversation, so the real, unmodified pi agent runs a whole job without a provider
+account.
+
+pi reaches it through its own configuration: ``PI_MODEL_BASE_URL`` makes the job image's runner override
+the provider's base URL in pi's ``models.json``. The script: the first request is answered with one call
+of pi's ``write`` tool (a file in the workspace), any request that carries a tool result with a final text
+answer. A request without ``Authorization: Bearer <key>`` is answered 401, as a provider refusing a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+WRITTEN_FILE = "PI_WAS_HERE.md"
+WRITTEN_TEXT = "The pi agent ran here, against the pi-dispatch stand-in model.\n"
+FINAL_TEXT = "I wrote PI_WAS_HERE.md in the workspace."
+# Token counts the stand-in reports per answer: a record's tokens must come from these, not from nowhere.
+PROMPT_TOKENS, COMPLETION_TOKENS = 120, 30
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the stand-in saw it (never its key or its messages' text)."""
+
+    at: float
+    authorized: bool
+    stream: bool
+    tool_results: int
+    model: str
+
+
+def _sse(payload: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _tool_results(body: Mapping[str, Any]) -> int:
+    messages = body.get("messages")
+    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool") if isinstance(
+        messages, list) else 0
+
+
+def answer_chunks(model: str, turn_with_tool: bool, call_id: str) -> list[dict[str, Any]]:
+    """Pure: the SSE chunks of one answer (without the final ``[DONE]``), usage last."""
+    base = {"id": f"chatcmpl-{call_id}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model}
+    if turn_with_tool:
+        arguments = json.dumps({"path": WRITTEN_FILE, "content": WRITTEN_TEXT})
+        deltas: list[dict[str, Any]] = [
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "index": 0, "id": f"call_{call_id}", "type": "function",
+                "function": {"name": "write", "arguments": ""}}]},
+            {"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]},
+        ]
+        finish = "tool_calls"
+    else:
+        deltas = [{"role": "assistant", "content": ""}, {"content": FINAL_TEXT}]
+        finish = "stop"
+    chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    chunks.append({**base, "choices": [], "usage": {
+        "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+        "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}})
+    return chunks
+
+
+@dataclass
+class ModelStandIn:
+    """``start`` it on ``host`` (0: any free port); ``base_url`` is what ``PI_MODEL_BASE_URL`` gets."""
+
+    key: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    seen: list[Seen] = field(default_factory=list)
+    _runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or ()
+        self.port = int(sockets[0].getsockname()[1]) if sockets else self.port
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "")
+        authorized = hmac.compare_digest(given.encode(), f"Bearer {self.key}".encode())
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            return web.json_response({"error": {"message": "the body is not a JSON object"}}, status=400)
+        model = str(body.get("model") or "stand-in")
+        stream = body.get("stream") is True
+        results = _tool_results(body)
+        self.seen.append(Seen(time.time(), authorized, stream, results, model))
+        if not authorized:
+            return web.json_response({"error": {
+                "message": "Incorrect API key provided.", "type": "invalid_request_error",
+                "code": "invalid_api_key"}}, status=401)
+        if not stream:  # pi always streams; anything else is not the client this plays for
+            refusal = {"error": {"message": "only streamed requests are answered"}}
+            return web.json_response(refusal, status=400)
+        chunks = answer_chunks(model, results == 0, str(len(self.seen)))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in chunks:
+            await response.write(_sse(chunk))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+async def serve_forever(key: str, host: str, port: int) -> None:
+    """For a manual run: serve until cancelled."""
+    standin = ModelStandIn(key, host, port)
+    await standin.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await standin.close()
