@@ -119,11 +119,15 @@ async def test_missing_image_is_refused_without_starting_a_container(
 ) -> None:
     job = issue_job("exit=0")
     env = {**env, "PI_JOB_IMAGE": f"pd-test-missing-{uuid.uuid4().hex[:8]}:nope"}
-    async with running_worker(env, redis, keys, docker) as (settings, _, _):
-        await enqueue(redis, keys, job)
-        rec = await record(settings, job)
-        await wait_for(lambda: _acked(redis, keys), 10, what="the refused entry to be acked")
-        st = await state(redis, keys, job)
+    with capture_logs() as logs:
+        async with running_worker(env, redis, keys, docker) as (settings, _, _):
+            await enqueue(redis, keys, job)
+            rec = await record(settings, job)
+            await wait_for(lambda: _acked(redis, keys), 10, what="the refused entry to be acked")
+            st = await state(redis, keys, job)
+    # Said once at start, naming the fix, before any job was refused for it.
+    (missing,) = [e for e in logs if e["event"] == "job_image_missing"]
+    assert missing["image"] == env["PI_JOB_IMAGE"] and "pi-dispatch job-image build" in missing["fix"]
     assert (rec["outcome"], rec["reason"], rec["exitCode"], rec["turns"]) == (
         "policy", "job-image-missing", None, None,
     )

@@ -37,7 +37,9 @@ from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.lifecycle import HANDED_OVER, Hold, process
 from pidispatch.worker.mirror import Mirror
+from pidispatch.worker.outcome import InfraFault
 from pidispatch.worker.pausewindows import PauseWindow, load_windows
+from pidispatch.worker.preflight import inspect_image
 from pidispatch.worker.reaper import reap_strays
 from pidispatch.worker.runner import DockerUnavailable
 from pidispatch.worker.schedules import start_schedules
@@ -260,6 +262,7 @@ class Worker:
         self.docker_ok = True
         if not self.reaped:
             self.reaped = await reap_strays(self.ctx, self.streams)
+            await self._say_if_job_image_missing()
         if self.docker_health.down:
             self.pending_due = time.monotonic()  # jobs that waited for Docker go first
         self.docker_health.ok()
@@ -300,6 +303,14 @@ class Worker:
             self.ctx.redis_health.failed(reason=type(cause).__name__)
         self.log.info("job_held", job=held.job_id, cause=type(cause).__name__)
         self._retry_pending_later()
+
+    async def _say_if_job_image_missing(self) -> None:
+        """Once Docker answers at start: every job would be refused ``job-image-missing``, so say so now."""
+        ref = self.settings.job_image
+        with contextlib.suppress(DockerUnavailable, InfraFault):
+            if await inspect_image(self.docker, ref) is None:
+                self.log.warning("job_image_missing", image=ref,
+                                 fix="build it: pi-dispatch job-image build (or set PI_JOB_IMAGE)")
 
     def _retry_pending_later(self) -> None:
         due = time.monotonic() + self.hold_backoff.next()
