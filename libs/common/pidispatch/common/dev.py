@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pidispatch.common.embedded import find_redis_cli, find_redis_server, free_port, redis_server_argv
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS
@@ -31,6 +31,9 @@ from pidispatch.common.settings import load_settings
 # The forge `dev` stands in for when none is configured (its ``standin``): the sample rule's jobs run
 # there and the printed delivery is its webhook.
 from pidispatch.forges.github import FORGE as DEMO_FORGE
+
+if TYPE_CHECKING:
+    from pidispatch.common.modelstandin import ModelStandIn
 
 SERVICES = ("receiver", "router", "worker")
 DEMO_LABEL = "pi:demo"
@@ -88,6 +91,7 @@ async def dev(args: argparse.Namespace) -> int:
     from pidispatch.forges.github import standin  # only the demo commands need aiohttp's server
 
     forge: standin.DemoForge | None = None
+    model: ModelStandIn | None = None
     try:
         await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
         if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
@@ -102,6 +106,8 @@ async def dev(args: argparse.Namespace) -> int:
             env.update(forge_env)
         settings = load_settings(env)  # validates everything before any child starts
         env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
+        if env["PI_JOB_IMAGE"] == DEFAULT_IMAGE:
+            model = await _model_standin(env)
         for name in SERVICES:
             children[name] = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", f"pidispatch.{name}", env=env, start_new_session=True
@@ -115,8 +121,43 @@ async def dev(args: argparse.Namespace) -> int:
         await _sweep_containers(env)
         if forge is not None:
             await forge.close()
+        if model is not None:
+            await model.close()
         if redis_proc is not None:
             await _stop_process(redis_proc, 3.0)
+
+
+async def _model_standin(env: dict[str, str]) -> ModelStandIn | None:
+    """The real agent image runs against the stand-in model unless the operator configured a provider (a
+    key for ``PI_PROVIDER``, or ``PI_MODEL_BASE_URL``): the demo then costs nothing and needs no account."""
+    import aiodocker
+
+    from pidispatch.common.envnames import PROVIDER_KEY_VARS
+    from pidispatch.common.modelstandin import (  # only dev serves a model: aiohttp's server stays unloaded
+        STANDIN_KEY_VAR,
+        STANDIN_MODEL,
+        STANDIN_PROVIDER,
+        ModelStandIn,
+        bridge_gateway,
+    )
+
+    provider = (env.get("PI_PROVIDER") or "anthropic").lower()
+    if env.get("PI_MODEL_BASE_URL") or any(env.get(v) for v in PROVIDER_KEY_VARS.get(provider, ())):
+        return None
+    docker = aiodocker.Docker()
+    try:
+        gateway = await bridge_gateway(docker)
+    finally:
+        await docker.close()
+    if gateway is None:
+        print("pi-dispatch dev: Docker's bridge has no gateway address; jobs run with no model configured")
+        return None
+    key = secrets.token_urlsafe(24)
+    model = ModelStandIn(key, host=gateway)
+    await model.start()
+    env.update({"PI_PROVIDER": STANDIN_PROVIDER, "PI_MODEL": STANDIN_MODEL, STANDIN_KEY_VAR: key,
+                "PI_MODEL_BASE_URL": model.base_url})
+    return model
 
 
 def _prepare_env(state: Path, env: dict[str, str]) -> dict[str, str]:

@@ -20,6 +20,9 @@ from typing import Any
 
 from aiohttp import web
 
+# A provider pi knows that speaks OpenAI chat completions, and one of its models: the stand-in overrides
+# only its base URL, so pi runs exactly as it would against the real provider.
+STANDIN_PROVIDER, STANDIN_MODEL, STANDIN_KEY_VAR = "groq", "llama-3.1-8b-instant", "GROQ_API_KEY"
 WRITTEN_FILE = "PI_WAS_HERE.md"
 WRITTEN_TEXT = "The pi agent ran here, against the pi-dispatch stand-in model.\n"
 FINAL_TEXT = "I wrote PI_WAS_HERE.md in the workspace."
@@ -140,3 +143,18 @@ async def serve_forever(key: str, host: str, port: int) -> None:
         await asyncio.Event().wait()
     finally:
         await standin.close()
+
+
+async def bridge_gateway(docker: Any) -> str | None:
+    """The host's address on Docker's default bridge, where job containers (``NetworkMode: bridge``)
+    reach a server on the host; None when the daemon does not say."""
+    try:
+        network = await docker.networks.get("bridge")
+        info = await network.show()
+    except Exception:
+        return None
+    for config in (info.get("IPAM") or {}).get("Config") or ():
+        gateway = config.get("Gateway") if isinstance(config, dict) else None
+        if isinstance(gateway, str) and gateway.count(".") == 3:
+            return gateway
+    return None
