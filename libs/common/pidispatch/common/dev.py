@@ -321,6 +321,15 @@ def _cli_path() -> str:
     return shlex.quote(beside) if os.access(beside, os.X_OK) else "pi-dispatch"
 
 
+def _model_line(env: dict[str, str]) -> str:
+    if env["PI_JOB_IMAGE"] != DEFAULT_IMAGE:
+        return "none: the demo image plays the agent (build the real one: pi-dispatch job-image build)"
+    named = f"{env.get('PI_PROVIDER') or 'anthropic'}/{env.get('PI_MODEL') or 'its default model'}"
+    if env.get("PI_MODEL_BASE_URL"):
+        return f"{named} at {env['PI_MODEL_BASE_URL']} (the stand-in unless you set it: a scripted answer)"
+    return named
+
+
 def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path) -> None:
     from pidispatch.forges.github import standin
 
@@ -340,6 +349,7 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str, st
         f"  triggers     {env['PI_TRIGGERS_FILE']}\n"
         f"  run records  {logs_dir}\n"
         f"  job image    {env['PI_JOB_IMAGE']}\n"
+        f"  model        {_model_line(env)}\n"
         f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
