@@ -83,6 +83,8 @@ class ModelStandIn:
     host: str = "127.0.0.1"
     port: int = 0
     seen: list[Seen] = field(default_factory=list)
+    # Set by a test to hold the final answer until it has looked at the job mid-run.
+    hold_final: asyncio.Event | None = None
     _runner: web.AppRunner | None = None
 
     @property
@@ -125,6 +127,8 @@ class ModelStandIn:
         if not stream:  # pi always streams; anything else is not the client this plays for
             refusal = {"error": {"message": "only streamed requests are answered"}}
             return web.json_response(refusal, status=400)
+        if results and self.hold_final is not None:
+            await self.hold_final.wait()
         chunks = answer_chunks(model, results == 0, str(len(self.seen)))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
