@@ -97,13 +97,13 @@ async def test_a_label_job_runs_the_real_agent_which_edits_the_clone_and_keys_st
             await wait_for(lambda: len(model.seen) >= 2, 180, what="the agent's second model request")
             # Mid-run, before the final answer: the file the agent wrote, the container's environment.
             (written,) = Path(settings.jobs_dir).glob(f"*/workspace/{WRITTEN_FILE}")
-            job_dir = written.parents[1]
+            job_dir, text = written.parents[1], written.read_text()
             (container,) = await docker.containers.list(filters=json.dumps({"label": [f"pd.job={job.id}"]}))
             container_env = dict(v.split("=", 1) for v in (await container.show())["Config"]["Env"])
             in_folder = files_holding(job_dir, KEY.encode()) + files_holding(job_dir, PAT.encode())
             model.hold_final.set()
             rec = await record(settings, job)
-    assert written.read_text() == WRITTEN_TEXT
+    assert text == WRITTEN_TEXT
     assert (rec["outcome"], rec["exitCode"], rec["attempt"], rec["turns"]) == ("completed", 0, 1, 2)
     assert rec["tokens"]["total"] == 2 * (PROMPT_TOKENS + COMPLETION_TOKENS)
     assert [s.authorized for s in model.seen] == [True, True]
