@@ -12,9 +12,18 @@ API and fetches exactly that commit.
     worker = XADD → the container's ``start`` event; bare = the create call (or the clone) → ``start``.
 (b) Throughput: N trivial jobs at concurrency 3, end to end (enqueue all → every run record written),
     beside the bare loop running the same number of containers 3 at a time; rounds alternate the order.
-Targets: start overhead (p50 worker - p50 bare) ≤ 50 ms; throughput ≥ 0.9 of the bare figure.
+(c) With ``--image IMAGE`` (e.g. ``pi-job:latest``, the real pi agent behind its runner, built by
+    ``pi-dispatch job-image build``), afterwards: the same kind of job, one at a time, run by a second
+    worker in that image against the stand-in model (``ModelStandIn`` on Docker's bridge gateway):
+    XADD → the stand-in's first model request, p50 and p95, beside the busybox figure of (a) (XADD →
+    container start of the test agent) and their ratio, with the image's size in the closing note. Each
+    such sample runs a whole (two-turn) agent job and takes several seconds, more on a ``vfs`` storage
+    driver, which copies the image's layers for every container: ``--samples`` defaults to 5 in this mode.
+Targets: start overhead (p50 worker - p50 bare) ≤ 50 ms; throughput ≥ 0.9 of the bare figure. The
+real-agent figures have no target.
 
     .venv/bin/python benchmarks/dispatch.py [--samples 25] [--jobs 30] [--rounds 2] [--check]
+    .venv/bin/python benchmarks/dispatch.py --image pi-job:latest [--samples 5] [--jobs 3 --rounds 1]
 
 Exit 1 when something broke (a job not ``completed``, a container that did not start, a crash), or with
 ``--check`` when a target is missed; 0 otherwise.
@@ -46,6 +55,13 @@ from pidispatch.common.embedded import find_redis_server, free_port, redis_serve
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields
+from pidispatch.common.modelstandin import (
+    STANDIN_KEY_VAR,
+    STANDIN_MODEL,
+    STANDIN_PROVIDER,
+    ModelStandIn,
+    bridge_gateway,
+)
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
@@ -77,6 +93,10 @@ TARGET_OVERHEAD_MS = 50.0
 TARGET_RATIO = 0.9
 FOREIGN_CORES_WARN = 0.1
 JOB_TIMEOUT_S = 60.0
+# A real agent job: a container of a large image (a full copy of its layers on vfs), node starting, two turns.
+AGENT_JOB_TIMEOUT_S = 300.0
+AGENT_SAMPLES_DEFAULT, SAMPLES_DEFAULT = 5, 25
+STANDIN_KEY = "gsk-bench-standin-0123456789abcdef"  # the stand-in's own key; nothing real
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -200,18 +220,21 @@ def _git_folder(folder: Path) -> None:
 
 
 def worker_coroutine(
-    settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker, stop: asyncio.Event
+    settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker, stop: asyncio.Event,
+    env: dict[str, str] | None = None,
 ) -> Coroutine[Any, Any, None]:
     # The one call into the worker. An empty host environment: no operator variable (provider keys,
-    # forwarded names) reaches the benchmark's containers.
-    return run_worker(settings, redis, keys, docker, stop, now_ms, env=WORKER_ENV)
+    # forwarded names) reaches the benchmark's containers; the real-agent worker gets the stand-in's key.
+    return run_worker(settings, redis, keys, docker, stop, now_ms, env=WORKER_ENV if env is None else env)
 
 
 @contextlib.asynccontextmanager
-async def running_worker(settings: Settings, redis: Redis, keys: Keys) -> AsyncIterator[asyncio.Task[None]]:
+async def running_worker(
+    settings: Settings, redis: Redis, keys: Keys, env: dict[str, str] | None = None
+) -> AsyncIterator[asyncio.Task[None]]:
     docker = aiodocker.Docker()  # the worker's own client, as in production
     stop = asyncio.Event()
-    task = asyncio.create_task(worker_coroutine(settings, redis, keys, docker, stop))
+    task = asyncio.create_task(worker_coroutine(settings, redis, keys, docker, stop, env))
     try:
         yield task
     finally:
@@ -221,10 +244,11 @@ async def running_worker(settings: Settings, redis: Redis, keys: Keys) -> AsyncI
         await docker.close()
 
 
-async def recorded(settings: Settings, job_ids: list[str], worker: asyncio.Task[None]) -> float:
+async def recorded(settings: Settings, job_ids: list[str], worker: asyncio.Task[None],
+                   timeout: float = JOB_TIMEOUT_S) -> float:
     """Wait until every job has a ``completed`` record; returns time.monotonic() when the last appeared."""
     left = set(job_ids)
-    deadline = time.monotonic() + JOB_TIMEOUT_S + 2 * len(job_ids)
+    deadline = time.monotonic() + timeout + 2 * len(job_ids)
     while left:
         if worker.done():
             raise Broken(f"the worker stopped ({worker.exception()!r})")
@@ -258,6 +282,31 @@ async def worker_latency(
     moments = await events.moments(job.id)
     await recorded(settings, [job.id], worker)  # the worker is idle again before the next sample
     return sample(t0, moments)
+
+
+async def agent_latency(
+    redis: Redis, keys: Keys, settings: Settings, events: ContainerEvents, worker: asyncio.Task[None],
+    standin: ModelStandIn, job: Job,
+) -> tuple[float, float]:
+    """One real-agent job: ms from XADD to its container's start event and to the stand-in's first
+    model request (both on this host's realtime clock); returns once the job's record is written."""
+    before = len(standin.seen)
+    fields = job_to_fields(job)
+    t0 = time.time_ns()
+    await redis.xadd(keys.jobs, fields)  # type: ignore[arg-type]
+    _, started = await events.moments(job.id, AGENT_JOB_TIMEOUT_S)
+    deadline = time.monotonic() + AGENT_JOB_TIMEOUT_S
+    while len(standin.seen) <= before:
+        if worker.done():
+            raise Broken(f"the worker stopped ({worker.exception()!r})")
+        if time.monotonic() > deadline:
+            raise Broken(f"the agent of {job.id} made no model request within {AGENT_JOB_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.005)
+    first = standin.seen[before]
+    if not first.authorized:
+        raise Broken("the stand-in refused the agent's key")
+    await recorded(settings, [job.id], worker, AGENT_JOB_TIMEOUT_S)
+    return (started - t0) / 1e6, first.at * 1e3 - t0 / 1e6
 
 
 async def worker_throughput(
@@ -354,10 +403,52 @@ class Measured:
     samples: dict[str, list[Sample]] = field(default_factory=lambda: {"worker": [], "bare": []})
     jobs_per_s: dict[str, float] = field(default_factory=dict)
     foreign: list[float] = field(default_factory=list)
+    # --image: per real-agent job, ms from XADD to its container's start event and to the first model request.
+    agent: list[tuple[float, float]] = field(default_factory=list)
+    image_bytes: int = 0
+
+
+async def measure_agent(args: argparse.Namespace, m: Measured, base_env: dict[str, str], redis: Redis,
+                        run: str, root: Path, events: ContainerEvents) -> None:
+    """(c): a second worker runs ``args.image`` (the real agent) against the stand-in model."""
+    docker = aiodocker.Docker()
+    standin: ModelStandIn | None = None
+    try:
+        try:
+            m.image_bytes = int((await docker.images.inspect(args.image))["Size"])
+        except aiodocker.DockerError as exc:
+            why = f"no image {args.image} on this daemon (build it: pi-dispatch job-image build)"
+            raise Broken(why) from exc
+        gateway = await bridge_gateway(docker)
+        if gateway is None:
+            raise Broken("Docker's bridge network names no gateway for the stand-in model")
+        standin = ModelStandIn(STANDIN_KEY, host=gateway)
+        await standin.start()
+        agent_env = {**WORKER_ENV, "PI_PROVIDER": STANDIN_PROVIDER, "PI_MODEL": STANDIN_MODEL,
+                     STANDIN_KEY_VAR: STANDIN_KEY, "PI_MODEL_BASE_URL": standin.base_url}
+        settings = load_settings({**base_env, **agent_env, "PI_JOB_IMAGE": args.image, "PI_JOB_MEMORY": "1g",
+                                  "PD_KEY_PREFIX": f"{base_env['PD_KEY_PREFIX']}a",
+                                  "PI_WORKER_NAME": f"bench-agent-{run}"})
+        keys = Keys(settings.key_prefix)
+        async with running_worker(settings, redis, keys, agent_env) as worker:
+            # Warm-up, as for the test agent: the daemon's first look at the image is not a start.
+            await agent_latency(redis, keys, settings, events, worker, standin,
+                                await asyncio.to_thread(bench_job, run, 9000, args.kind, root))
+            for i in range(args.samples):
+                m.agent.append(await agent_latency(
+                    redis, keys, settings, events, worker, standin,
+                    await asyncio.to_thread(bench_job, run, 9001 + i, args.kind, root),
+                ))
+                print(f"  real agent sample {i + 1}/{args.samples}: first model request after "
+                      f"{m.agent[-1][1]:.0f} ms", flush=True)
+    finally:
+        if standin is not None:
+            await standin.close()
+        await docker.close()
 
 
 async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, keys: Keys,
-                  run: str, bare_clone_url: str | None) -> Measured:
+                  run: str, bare_clone_url: str | None, base_env: dict[str, str]) -> Measured:
     m = Measured()
     m.foreign.append(await foreign_cores())
     await asyncio.to_thread(ensure_jobs_dir, settings.jobs_dir)
@@ -394,6 +485,9 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
                     seconds[side] += took
                     print(f"  throughput round {r + 1} {side:<6} {args.jobs / took:6.2f} jobs/s", flush=True)
             m.jobs_per_s = {side: args.jobs * args.rounds / s for side, s in seconds.items()}
+        if args.image is not None:
+            async with ContainerEvents() as events:
+                await measure_agent(args, m, base_env, redis, run, root, events)
     finally:
         await bare_docker.close()
     m.foreign.append(await foreign_cores())
@@ -427,13 +521,14 @@ async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
     )
     redis = create_redis(f"redis://127.0.0.1:{port}/0")
     host = f"bench-worker-{run}"
-    settings = load_settings({
+    base_env = {
         "REDIS_URL": f"redis://127.0.0.1:{port}/0", "PD_KEY_PREFIX": f"bench{run}", "PI_WORKER_NAME": host,
         "PI_JOB_IMAGE": tag, "PI_CONCURRENCY": str(CONCURRENCY), "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "1",
         "PI_LOGS_DIR": str(tmp / "logs"), "PI_JOBS_DIR": str(tmp / "jobs"),
         # A benchmark spends no money: the default daily cap of 25 would refuse the later jobs.
         "PI_DAILY_CAP": "1000000",
-    })
+    }
+    settings = load_settings(base_env)
     try:
         deadline = time.monotonic() + 10
         while not await _pings(redis):
@@ -449,12 +544,12 @@ async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
             base = yarl.URL(forge_env["GITHUB_API_URL"])
             bare_clone_url = str(base.with_user("x-access-token").with_password(forge_env["GITHUB_PAT"])
                                  .with_path(f"/git/{DEMO_REPO}.git"))
-        return await measure(args, settings, redis, Keys(settings.key_prefix), run, bare_clone_url)
+        return await measure(args, settings, redis, Keys(settings.key_prefix), run, bare_clone_url, base_env)
     finally:
         if forge is not None:
             await forge.close()
         await redis.aclose()
-        await cleanup(tag, [host, f"bench-bare-{run}"])
+        await cleanup(tag, [host, f"bench-bare-{run}", f"bench-agent-{run}"])
         if redis_proc.returncode is None:
             redis_proc.terminate()
             await redis_proc.wait()
@@ -489,22 +584,50 @@ def report(args: argparse.Namespace, m: Measured) -> bool:
     print(f"  bare aiodocker     {rate['bare']:8.2f} jobs/s   create+wait+start, {CONCURRENCY} at a time")
     print(f"  ratio worker/bare  {ratio:8.2f}          (target >= {TARGET_RATIO}: "
           f"{'met' if ratio_ok else 'MISSED'})")
+    if args.image is not None:
+        report_agent(args, m, start["worker"])
     if (busy := max(m.foreign)) > FOREIGN_CORES_WARN:
         print(f"WARNING: other processes kept {busy:.2f} cores busy while this benchmark was idle; "
               "the machine was not quiet, so the figures are unreliable")
     return overhead_ok and ratio_ok
 
 
+def report_agent(args: argparse.Namespace, m: Measured, busybox: list[float]) -> None:
+    started = [s for s, _ in m.agent]
+    first = [f for _, f in m.agent]
+    rows = (
+        (args.image, first, "XADD -> the agent's first model request (stand-in)"),
+        ("  of which to container start", started, "XADD -> its container start event"),
+        ("busybox test agent, (a) above", busybox, "XADD -> container start event"),
+    )
+    print(f"\nreal agent, {len(m.agent)} job(s) one at a time (ms)  {'p50':>8}{'p95':>8}")
+    for name, values, what in rows:
+        print(f"  {name:<36}{percentile(values, 50):8.1f}{percentile(values, 95):8.1f}   {what}")
+    ratio = percentile(first, 50) / percentile(busybox, 50)
+    print(f"  {'ratio real/busybox (p50)':<36}{ratio:8.1f}")
+    print(f"Note: {args.image} is {m.image_bytes / 1e6:.0f} MB ({m.image_bytes} bytes, docker image "
+          "inspect Size); each real-agent job starts a container of it and the agent's node process "
+          "before the first request.")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=25, help="start-latency samples per side")
+    parser.add_argument("--samples", type=int, default=None,
+                        help=f"start-latency samples per side (default {SAMPLES_DEFAULT}; "
+                             f"{AGENT_SAMPLES_DEFAULT} with --image)")
     parser.add_argument("--jobs", type=int, default=30, help="jobs per side and round for throughput")
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds per side")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--kind", choices=("local", "github"), default="local",
                         help="local jobs (the dispatch path, default) or GitHub jobs on dev's stand-in "
                              "GitHub (adds mint, tip, protection and the clone)")
+    parser.add_argument("--image", default=None,
+                        help="also measure XADD -> first model request of the real agent in this image "
+                             "(e.g. pi-job:latest) against the stand-in model; several seconds per sample "
+                             "(more on a vfs storage driver)")
     args = parser.parse_args()
+    if args.samples is None:
+        args.samples = AGENT_SAMPLES_DEFAULT if args.image is not None else SAMPLES_DEFAULT
     if args.samples < 1 or args.jobs < CONCURRENCY or args.rounds < 1:
         parser.error(f"--samples and --rounds must be >= 1, --jobs >= {CONCURRENCY}")
     # The in-process worker logs only what went wrong; its info lines would bury the figures.

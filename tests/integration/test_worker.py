@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, create_redis
+from pidispatch.worker.control import fleet_status
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess
 from tests.support.worker import DockerSocketProxy, enqueue, issue_job, record, running_worker
@@ -125,9 +126,11 @@ async def test_missing_image_is_refused_without_starting_a_container(
             rec = await record(settings, job)
             await wait_for(lambda: _acked(redis, keys), 10, what="the refused entry to be acked")
             st = await state(redis, keys, job)
+            shown = await fleet_status(redis, keys)
     # Said once at start, naming the fix, before any job was refused for it.
     (missing,) = [e for e in logs if e["event"] == "job_image_missing"]
     assert missing["image"] == env["PI_JOB_IMAGE"] and "pi-dispatch job-image build" in missing["fix"]
+    assert shown["imageMissing"] == [settings.worker_name]  # and pi-dispatch status names the host
     assert (rec["outcome"], rec["reason"], rec["exitCode"], rec["turns"]) == (
         "policy", "job-image-missing", None, None,
     )

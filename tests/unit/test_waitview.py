@@ -67,11 +67,17 @@ def test_an_empty_table_says_no_job_waits() -> None:
 def test_status_has_a_waiting_line_after_windowed() -> None:
     status = {
         "paused": False, "pausedHosts": [], "queued": 0, "running": 0, "delayed": 3, "dead": 0,
-        "hosts": [], "heldByWindow": 1, "heldByWait": 2,
+        "hosts": ["a", "b"], "heldByWindow": 1, "heldByWait": 2, "imageMissing": [],
     }  # fmt: skip
     lines = format_status(status).splitlines()
     at = lines.index("windowed 1 of the delayed wait for a quiet-hours window")
     assert lines[at + 1] == "waiting  2 of the delayed wait for a condition (pi-dispatch waits)"
+    assert lines[-1] == "hosts    a, b"
+    # A host whose worker found its job image missing at start is named, with the fix.
+    status["imageMissing"] = ["b"]
+    assert format_status(status).splitlines()[-1] == (
+        "image    missing on b: every job there is refused job-image-missing "
+        "(build it: pi-dispatch job-image build)")
 
 
 def test_a_hash_without_since_is_no_hold_and_bad_numbers_read_as_zero_or_no_wake() -> None:

@@ -44,6 +44,8 @@ from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.waitstate import held_jobs, read_hold, release_hold
 
 JOB_ID_MAX = 200
+# A host row's ``jobImage`` when the worker found its PI_JOB_IMAGE missing at start.
+IMAGE_MISSING = "missing"
 # States after which there is nothing left to cancel ("cancelled" is written by this module).
 ENDED_STATES = frozenset({"completed", "policy", "failed", "cancelled"})
 CANCEL_REASON = "operator-cancel"
@@ -281,18 +283,21 @@ async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
     async with redis.pipeline(transaction=False) as pipe:
         for m in members:
             pipe.exists(keys.host(m))
+            pipe.hget(keys.host(m), "jobImage")
         pipe.exists(keys.paused)
         pipe.zcard(keys.delayed)
         pipe.xlen(keys.dead)
         pipe.zcount(keys.window_held, f"({now_ms()}", "+inf")
-        *alive, paused, n_delayed, n_dead, n_windowed = await pipe.execute()
-    live = [m for m, a in zip(members, alive, strict=True) if a]
+        *per_host, paused, n_delayed, n_dead, n_windowed = await pipe.execute()
+    rows = list(zip(members, per_host[0::2], per_host[1::2], strict=True))
+    live = [m for m, alive, _ in rows if alive]
+    no_image = [m for m, alive, image in rows if alive and _s(image) == IMAGE_MISSING]
     # Read through the holds so an index member whose hash expired is pruned, not counted.
     n_waiting = len(await held_jobs(redis, keys))
     return {
         "paused": bool(paused), "pausedHosts": paused_hosts, "queued": queued, "running": running,
         "delayed": int(n_delayed), "dead": int(n_dead), "hosts": live, "heldByWindow": int(n_windowed),
-        "heldByWait": n_waiting,
+        "heldByWait": n_waiting, "imageMissing": no_image,
     }  # fmt: skip
 
 
@@ -308,6 +313,9 @@ def format_status(status: dict[str, Any]) -> str:
         ("waiting", f"{status['heldByWait']} of the delayed wait for a condition (pi-dispatch waits)"),
         ("hosts", ", ".join(status["hosts"]) or "none alive"),
     ]
+    if status["imageMissing"]:
+        rows.append(("image", f"missing on {', '.join(status['imageMissing'])}: every job there is refused "
+                              "job-image-missing (build it: pi-dispatch job-image build)"))
     return "\n".join(f"{name:<8} {value}" for name, value in rows)
 
 

@@ -308,7 +308,11 @@ class Worker:
         """Once Docker answers at start: every job would be refused ``job-image-missing``, so say so now."""
         ref = self.settings.job_image
         with contextlib.suppress(DockerUnavailable, InfraFault):
-            if await inspect_image(self.docker, ref) is None:
+            missing = await inspect_image(self.docker, ref) is None
+            self.upkeep.job_image = "missing" if missing else "present"
+            with contextlib.suppress(RedisError):
+                await self.upkeep.beat()  # the fleet sees it now, not a beat later
+            if missing:
                 self.log.warning("job_image_missing", image=ref,
                                  fix="build it: pi-dispatch job-image build (or set PI_JOB_IMAGE)")
 

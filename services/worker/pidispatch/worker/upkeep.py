@@ -43,6 +43,8 @@ class Upkeep:
         self.refused: set[str] = set()
         # Set when this worker serves cron schedules: the row then names them (fleet view, ``schedules``).
         self.scheduler: Scheduler | None = None
+        # Set once Docker answered at start: "present" or "missing" (``status`` names hosts missing it).
+        self.job_image: str | None = None
 
     # ---- liveness -----------------------------------------------------------------------------------
 
@@ -62,6 +64,8 @@ class Upkeep:
         }
         if self.scheduler is not None:
             fields.update(self.scheduler.row_fields())
+        if self.job_image is not None:
+            fields["jobImage"] = self.job_image
         clean = {}
         for name, value in fields.items():
             # Names, numbers and digests only: a path would tell every reader of Redis this host's layout.
