@@ -166,7 +166,7 @@ def _make_context(image_dir: Path, files: Mapping[str, bytes], target: Path) -> 
 
 async def build(args: argparse.Namespace) -> int:
     plan_ = plan(args)
-    image_dir = find_image_dir()
+    image_dir = await asyncio.to_thread(find_image_dir)
     if shutil.which("docker") is None:
         raise InfraError("docker not found on PATH; job-image build needs the docker CLI and daemon")
     started = time.monotonic()
@@ -177,7 +177,7 @@ async def build(args: argparse.Namespace) -> int:
         image_id = await _image_id(ref)
         # A base not here yet is pulled by docker build; its name stands in for its id in the hash.
         base_ids.append(image_id or ref)
-    files = context_files(image_dir)
+    files = await asyncio.to_thread(context_files, image_dir)
     hash_ = build_hash(files, base_ids)
     existing = await _image_with_hash(hash_)
     if existing is not None:
@@ -188,7 +188,7 @@ async def build(args: argparse.Namespace) -> int:
         await _report(plan_.tag, started, "up to date")
         return 0
     with tempfile.TemporaryDirectory(prefix="pd-job-image-") as tmp:
-        _make_context(image_dir, files, Path(tmp))
+        await asyncio.to_thread(_make_context, image_dir, files, Path(tmp))
         await _stream(build_argv(plan_, build_hash_=hash_, context=Path(tmp)), "docker build")
     await _report(plan_.tag, started, f"built (build hash {hash_})")
     return 0
