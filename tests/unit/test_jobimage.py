@@ -113,3 +113,15 @@ def test_build_argv_passes_bases_and_hash() -> None:
 
 def test_human_size() -> None:
     assert jobimage.human_size(336_123_456) == "336 MB"
+
+
+def test_the_trusted_bundle_is_node_extra_ca_certs_then_ssl_cert_file_then_none_that_is_missing(
+    tmp_path: Path,
+) -> None:
+    from pidispatch.common.jobimage import trusted_bundle
+
+    first, second = tmp_path / "a.pem", tmp_path / "b.pem"
+    second.write_text("b")
+    assert trusted_bundle({"NODE_EXTRA_CA_CERTS": str(first), "SSL_CERT_FILE": str(second)}) == second
+    first.write_text("a")
+    assert trusted_bundle({"NODE_EXTRA_CA_CERTS": str(first), "SSL_CERT_FILE": str(second)}) == first

@@ -31,6 +31,7 @@ BASE_SCRIPT = "build-base.sh"
 # stage hands it to npm); it is never part of the hash: it changes how pi is fetched, not what is built.
 EXTRA_CA_NAME = "extra-ca.pem"
 HASH_LEN = 16
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,18 @@ def _make_context(image_dir: Path, files: Mapping[str, bytes], target: Path) -> 
     proxy), that bundle, so npm inside the build trusts it too."""
     for name, data in files.items():
         (target / name).write_bytes(data)
-    extra_ca = os.environ.get("NODE_EXTRA_CA_CERTS")
-    if extra_ca and Path(extra_ca).is_file():
+    extra_ca = trusted_bundle(os.environ)
+    if extra_ca is not None:
         shutil.copyfile(extra_ca, target / EXTRA_CA_NAME)
+
+
+def trusted_bundle(env: Mapping[str, str]) -> Path | None:
+    """What this machine trusts, for npm inside the build: ``NODE_EXTRA_CA_CERTS``, else ``SSL_CERT_FILE``,
+    else the system bundle (a shell started clean still trusts what the machine trusts)."""
+    for candidate in (env.get("NODE_EXTRA_CA_CERTS"), env.get("SSL_CERT_FILE"), SYSTEM_BUNDLE):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
 
 
 async def build(args: argparse.Namespace) -> int:
