@@ -114,7 +114,8 @@ async def dev(args: argparse.Namespace) -> int:
             )
         if not await _wait_healthy(settings.receiver_port, children, stop):
             return 0 if stop.is_set() else 1
-        _print_banner(env, settings.key_prefix, settings.receiver_port, settings.logs_dir, state)
+        _print_banner(env, settings.key_prefix, settings.receiver_port, settings.logs_dir, state,
+                      model_standin=model is not None)
         return await _supervise(children, stop)
     finally:
         await _stop_children(children)
@@ -321,16 +322,19 @@ def _cli_path() -> str:
     return shlex.quote(beside) if os.access(beside, os.X_OK) else "pi-dispatch"
 
 
-def _model_line(env: dict[str, str]) -> str:
+def _model_line(env: dict[str, str], standin: bool) -> str:
     if env["PI_JOB_IMAGE"] != DEFAULT_IMAGE:
         return "none: the demo image plays the agent (build the real one: pi-dispatch job-image build)"
+    if standin:
+        return (f"the stand-in at {env['PI_MODEL_BASE_URL']}: a scripted write, then an answer "
+                "(set a provider key, e.g. ANTHROPIC_API_KEY, for a real model)")
     named = f"{env.get('PI_PROVIDER') or 'anthropic'}/{env.get('PI_MODEL') or 'its default model'}"
-    if env.get("PI_MODEL_BASE_URL"):
-        return f"{named} at {env['PI_MODEL_BASE_URL']} (the stand-in unless you set it: a scripted answer)"
-    return named
+    return f"{named} at {env['PI_MODEL_BASE_URL']}" if env.get("PI_MODEL_BASE_URL") else named
 
 
-def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path) -> None:
+def _print_banner(
+    env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path, *, model_standin: bool
+) -> None:
     from pidispatch.forges.github import standin
 
     url = webhook_url(port)
@@ -349,7 +353,7 @@ def _print_banner(env: dict[str, str], prefix: str, port: int, logs_dir: str, st
         f"  triggers     {env['PI_TRIGGERS_FILE']}\n"
         f"  run records  {logs_dir}\n"
         f"  job image    {env['PI_JOB_IMAGE']}\n"
-        f"  model        {_model_line(env)}\n"
+        f"  model        {_model_line(env, model_standin)}\n"
         f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
