@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiodocker
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -145,3 +146,15 @@ async def test_a_provider_refusing_the_key_ends_as_provider_auth_refused(
         rec = await record(settings, job, timeout=180)
     assert (rec["outcome"], rec["reason"], rec["exitCode"]) == ("policy", "provider-auth-refused", 2)
     assert model.seen and not any(s.authorized for s in model.seen)
+
+
+async def test_a_rule_excluding_a_tool_runs_and_the_agent_never_offers_that_tool(
+    env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, agent_image: str,
+    model: ModelStandIn,
+) -> None:
+    job = msgspec.structs.replace(issue_job("exit=0", number=34), exclude_tools=["bash"])
+    async with running_worker(agent_env(env, agent_image, model), redis, keys, docker) as (settings, _, _):
+        await enqueue(redis, keys, job)
+        rec = await record(settings, job, timeout=180)
+    assert (rec["outcome"], rec["turns"]) == ("completed", 2)  # the image declares excludeTools
+    assert model.seen and all("write" in s.tools and "bash" not in s.tools for s in model.seen)

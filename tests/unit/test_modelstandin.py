@@ -30,7 +30,8 @@ async def standin() -> AsyncIterator[ModelStandIn]:
 
 
 async def chat(server: ModelStandIn, messages: list[dict[str, Any]], key: str = KEY) -> tuple[int, list[Any]]:
-    body = {"model": "m1", "stream": True, "stream_options": {"include_usage": True}, "messages": messages}
+    body = {"model": "m1", "stream": True, "stream_options": {"include_usage": True}, "messages": messages,
+            "tools": [{"type": "function", "function": {"name": n}} for n in ("write", "read")]}
     async with aiohttp.ClientSession() as http, http.post(
         f"{server.base_url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
     ) as resp:
@@ -56,8 +57,8 @@ async def test_the_first_turn_calls_the_write_tool_and_the_second_answers(standi
     status, chunks = await chat(standin, [{"role": "user", "content": "task"}, tool_result])
     text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"])
     assert status == 200 and text == FINAL_TEXT
-    seen = [(s.authorized, s.stream, s.tool_results) for s in standin.seen]
-    assert seen == [(True, True, 0), (True, True, 1)]
+    seen = [(s.authorized, s.stream, s.tool_results, s.tools) for s in standin.seen]
+    assert seen == [(True, True, 0, ("read", "write")), (True, True, 1, ("read", "write"))]
 
 
 async def test_a_wrong_key_is_refused_401_like_a_provider(standin: ModelStandIn) -> None:

@@ -39,10 +39,18 @@ class Seen:
     stream: bool
     tool_results: int
     model: str
+    tools: tuple[str, ...] = ()  # the names of the tools the agent offered
 
 
 def _sse(payload: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _tool_names(body: Mapping[str, Any]) -> tuple[str, ...]:
+    tools = body.get("tools")
+    names = (t.get("function", {}).get("name") for t in tools if isinstance(t, dict)) if isinstance(
+        tools, list) else ()
+    return tuple(sorted(n for n in names if isinstance(n, str)))
 
 
 def _tool_results(body: Mapping[str, Any]) -> int:
@@ -119,7 +127,7 @@ class ModelStandIn:
         model = str(body.get("model") or "stand-in")
         stream = body.get("stream") is True
         results = _tool_results(body)
-        self.seen.append(Seen(time.time(), authorized, stream, results, model))
+        self.seen.append(Seen(time.time(), authorized, stream, results, model, _tool_names(body)))
         if not authorized:
             return web.json_response({"error": {
                 "message": "Incorrect API key provided.", "type": "invalid_request_error",
