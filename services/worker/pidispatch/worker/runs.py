@@ -21,6 +21,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import RunRecord
 from pidispatch.common.redis import create_redis
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.common.table import aligned
 from pidispatch.worker.history import list_runs
 from pidispatch.worker.mirror import (
     DEGRADED_OFF,
@@ -125,8 +126,7 @@ def render_table(records: Sequence[RunRecord]) -> str:
          _cell(r.host), _cell(r.attempt))
         for r in records
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return aligned(rows)
 
 
 def render_json(view: RunsView) -> str:

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from pidispatch.common.cronpattern import next_occurrence
 from pidispatch.common.registry import HostRow
 from pidispatch.common.runtime import EpochMsClock
+from pidispatch.common.table import aligned
 from pidispatch.router.rules import CronRule
 
 ACTIVE, UNSERVED, TORN_DOWN, DIVERGENT = "active", "unserved", "torn-down", "divergent"
@@ -66,9 +67,7 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
         last = r["last"]
         shown = f"{last['at']} {last['outcome'] or '-'}" if last else "-"
         lines.append((r["id"], r["pattern"], r["state"], r["next"], shown, ",".join(r["hosts"]) or "-"))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                     for line in lines)
+    return aligned(lines)
 
 
 async def schedules_command(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pidispatch.common.table import aligned
 from pidispatch.worker.history import iso_ms
 
 if TYPE_CHECKING:
@@ -61,9 +62,7 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
         conditions = ", ".join(condition_text(c) for c in r["conditions"])
         lines.append((r["job"], r["target"] or "-", r["since"], r["next"] or "-", str(r["checks"]),
                       str(r["faults"]), conditions or "-"))  # fmt: skip
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                     for line in lines)
+    return aligned(lines)
 
 
 async def waits_command(args: argparse.Namespace) -> int:
