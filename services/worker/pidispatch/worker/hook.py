@@ -11,19 +11,16 @@ for ``completed``, a refusal before spend, or an operator's cancel.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-import signal
 from collections.abc import Mapping
 
 from pidispatch.common.log import get_logger
 from pidispatch.worker.exitline import RUNNER_POLICY_REASONS
+from pidispatch.worker.program import executable_file, finish
 
 # Policy stops that come after spend: the agent ran and was stopped, by itself or by this worker.
 AFTER_SPEND_POLICY = frozenset({"worker-abort", "runner-policy", *RUNNER_POLICY_REASONS})
 _REASON_RE = re.compile(r"^[a-z0-9-]{1,40}$")
-KILL_AFTER_S = 2.0
 
 
 def hook_args(job_id: str, outcome: str, reason: str | None, host: str) -> list[str] | None:
@@ -38,16 +35,10 @@ def hook_args(job_id: str, outcome: str, reason: str | None, host: str) -> list[
     return None if any(a.startswith("-") or not a for a in args) else args
 
 
-def _program(path: str) -> str | None:
-    """The hook's real path when it is an executable regular file now (it may change between calls)."""
-    real = os.path.realpath(path)
-    return real if os.path.isfile(real) and os.access(real, os.X_OK) else None
-
-
 async def run_hook(path: str, args: list[str], timeout_ms: int, env: Mapping[str, str]) -> int | None:
     """Run the hook once; its exit code, or None when it could not start or had to be killed."""
     log = get_logger()
-    program = await asyncio.to_thread(_program, path)
+    program = await asyncio.to_thread(executable_file, path)  # it may change between calls
     if program is None:
         log.warning("on_failure", job=args[0], code=None, detail="not-executable")
         return None
@@ -62,23 +53,11 @@ async def run_hook(path: str, args: list[str], timeout_ms: int, env: Mapping[str
     try:
         code = await asyncio.wait_for(proc.wait(), timeout_ms / 1000)
     except TimeoutError:
-        await _stop(proc)
+        await finish(proc)  # the hook leads its own session: its whole group is stopped
         log.warning("on_failure", job=args[0], code=None, detail="timeout")
         return None
     log.info("on_failure", job=args[0], code=code, detail="ran")
     return code
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    # The hook leads its own session: stopping the group stops whatever it started too.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), KILL_AFTER_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
 
 
 class FailureHook:

@@ -71,7 +71,7 @@ async def run_program(
         collect.cancel()
         if aborted is not None:
             aborted.cancel()
-        await _finish(proc, KILL_GRACE_S)
+        await finish(proc)
 
 
 async def _collect(proc: asyncio.subprocess.Process, cap: int | None) -> ProgramRun:
@@ -110,7 +110,7 @@ def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
             proc.send_signal(sig)
 
 
-async def _finish(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+async def finish(proc: asyncio.subprocess.Process, grace_s: float = KILL_GRACE_S) -> None:
     """SIGTERM, SIGKILL after ``grace_s``, then reap: the child never outlives the call."""
     if proc.returncode is None:
         _signal(proc, signal.SIGTERM)
