@@ -55,6 +55,11 @@ async def defer(
     """Back to ``pd:delayed`` for ``delay_ms`` without using an attempt (its folder is busy here, a scoped
     ceiling is reached, or it waits for a condition)."""
     get_logger().info("job_deferred", job=job.id, why=why, delayMs=delay_ms)
+    await _back_to_delayed(ctx, held, job, attempt, delay_ms)
+
+
+async def _back_to_delayed(ctx: WorkerContext, held: Held, job: Job, attempt: int, delay_ms: int) -> None:
+    """The entry as it came, same attempt, into ``pd:delayed`` for ``delay_ms`` (acked in the same step)."""
     await until_done(ctx, lambda: delayed.schedule(
         ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
         stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=delay_ms,
@@ -69,10 +74,7 @@ async def _held_by_window(ctx: WorkerContext, held: Held, job: Job, attempt: int
         return False
     get_logger().info("job_paused_by_window", job=job.id, until=until)
     await until_done(ctx, lambda: _note_window_hold(ctx, job.id, now, until))
-    await until_done(ctx, lambda: delayed.schedule(
-        ctx.redis, ctx.keys, source=held.stream, group=WORKER_GROUP, entry_id=held.entry_id,
-        stream=held.stream, fields=held.fields, job_id=job.id, attempt=attempt, delay_ms=until - now,
-    ))
+    await _back_to_delayed(ctx, held, job, attempt, until - now)
     return True
 
 
