@@ -85,7 +85,6 @@ def parse_job_user(raw: str) -> str:
     return raw
 
 
-
 def parse_usd(name: str, raw: str) -> int:
     """A dollar amount in exact micro-dollars (``0.1`` is 100000, never a float's neighbour)."""
     micros = usd_micros(raw)

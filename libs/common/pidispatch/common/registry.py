@@ -166,8 +166,6 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
     )
 
 
-
-
 async def _read(redis: Redis, keys: Keys, now_ms: int, known: Sequence[str]) -> list[HostRow]:
     # One round trip when the fleet is what it was (the index and the rows of ``known`` together); a
     # second only for members that joined since.
@@ -300,7 +298,6 @@ async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
         if valid_host_name(name):
             found.setdefault(name, keys.host_jobs(name))
     return found
-
 
 
 # ---- the router's cache --------------------------------------------------------------------------

@@ -56,7 +56,6 @@ class Hold(Exception):
         self.cause = cause
 
 
-
 async def process(ctx: WorkerContext, held: Held) -> None:
     """Run one held entry to an ack or a hold. Raises ``Hold`` to leave it pending."""
     try:
