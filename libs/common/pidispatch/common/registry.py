@@ -52,6 +52,11 @@ class RegistryUnreachable(Exception):
         self.reason = reason
 
 
+# A row's ``jobImage``: did the worker find its PI_JOB_IMAGE at start (``status`` names hosts without it).
+JOB_IMAGE_FIELD = "jobImage"
+IMAGE_PRESENT, IMAGE_MISSING = "present", "missing"
+
+
 class HostRow(msgspec.Struct, frozen=True, kw_only=True):
     """One host's row, as re-validated by the reader. ``stale_ms`` is None when the beat is undatable."""
 

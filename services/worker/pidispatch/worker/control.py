@@ -37,15 +37,13 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.redis import Redis, auth_refused, create_redis
-from pidispatch.common.registry import host_streams
+from pidispatch.common.registry import IMAGE_MISSING, JOB_IMAGE_FIELD, host_streams
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.waitstate import held_jobs, read_hold, release_hold
 
 JOB_ID_MAX = 200
-# A host row's ``jobImage`` when the worker found its PI_JOB_IMAGE missing at start.
-IMAGE_MISSING = "missing"
 # States after which there is nothing left to cancel ("cancelled" is written by this module).
 ENDED_STATES = frozenset({"completed", "policy", "failed", "cancelled"})
 CANCEL_REASON = "operator-cancel"
@@ -283,7 +281,7 @@ async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
     async with redis.pipeline(transaction=False) as pipe:
         for m in members:
             pipe.exists(keys.host(m))
-            pipe.hget(keys.host(m), "jobImage")
+            pipe.hget(keys.host(m), JOB_IMAGE_FIELD)
         pipe.exists(keys.paused)
         pipe.zcard(keys.delayed)
         pipe.xlen(keys.dead)

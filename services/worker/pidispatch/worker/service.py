@@ -25,7 +25,7 @@ from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
-from pidispatch.common.registry import capability_tokens
+from pidispatch.common.registry import IMAGE_MISSING, IMAGE_PRESENT, capability_tokens
 from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
@@ -309,7 +309,7 @@ class Worker:
         ref = self.settings.job_image
         with contextlib.suppress(DockerUnavailable, InfraFault):
             missing = await inspect_image(self.docker, ref) is None
-            self.upkeep.job_image = "missing" if missing else "present"
+            self.upkeep.job_image = IMAGE_MISSING if missing else IMAGE_PRESENT
             with contextlib.suppress(RedisError):
                 await self.upkeep.beat()  # the fleet sees it now, not a beat later
             if missing:

@@ -21,7 +21,7 @@ from pidispatch.common import __version__
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import text
-from pidispatch.common.registry import host_streams, path_shaped
+from pidispatch.common.registry import JOB_IMAGE_FIELD, host_streams, path_shaped
 from pidispatch.common.runtime import every
 from pidispatch.common.streams import Entry, ack, claim, pending, wire
 from pidispatch.worker.context import Held, WorkerContext
@@ -43,7 +43,7 @@ class Upkeep:
         self.refused: set[str] = set()
         # Set when this worker serves cron schedules: the row then names them (fleet view, ``schedules``).
         self.scheduler: Scheduler | None = None
-        # Set once Docker answered at start: "present" or "missing" (``status`` names hosts missing it).
+        # Set once Docker answered at start: IMAGE_PRESENT or IMAGE_MISSING (``status`` reads it).
         self.job_image: str | None = None
 
     # ---- liveness -----------------------------------------------------------------------------------
@@ -65,7 +65,7 @@ class Upkeep:
         if self.scheduler is not None:
             fields.update(self.scheduler.row_fields())
         if self.job_image is not None:
-            fields["jobImage"] = self.job_image
+            fields[JOB_IMAGE_FIELD] = self.job_image
         clean = {}
         for name, value in fields.items():
             # Names, numbers and digests only: a path would tell every reader of Redis this host's layout.
