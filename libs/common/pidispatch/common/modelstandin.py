@@ -46,17 +46,19 @@ def _sse(payload: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
+def _objects(body: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The JSON objects in the body's list ``key`` (anything else in it, or no list, counts as none)."""
+    value = body.get(key)
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _tool_names(body: Mapping[str, Any]) -> tuple[str, ...]:
-    tools = body.get("tools")
-    names = (t.get("function", {}).get("name") for t in tools if isinstance(t, dict)) if isinstance(
-        tools, list) else ()
-    return tuple(sorted(n for n in names if isinstance(n, str)))
+    functions = [t["function"] for t in _objects(body, "tools") if isinstance(t.get("function"), dict)]
+    return tuple(sorted(f["name"] for f in functions if isinstance(f.get("name"), str)))
 
 
 def _tool_results(body: Mapping[str, Any]) -> int:
-    messages = body.get("messages")
-    return sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool") if isinstance(
-        messages, list) else 0
+    return sum(1 for m in _objects(body, "messages") if m.get("role") == "tool")
 
 
 def answer_chunks(model: str, turn_with_tool: bool, call_id: str) -> list[dict[str, Any]]:
