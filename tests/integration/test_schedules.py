@@ -6,7 +6,9 @@ which re-attach counts a stall. Two hosts serving one schedule through a kill: t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.worker.firings import count_stall, guard_state
 from pidispatch.worker.history import iso_ms
-from pidispatch.worker.schedules import start_schedules
+from pidispatch.worker.schedules import Scheduler, start_schedules
 from tests.support.polling import wait_for
 from tests.support.schedules import cli_json, cron_worker, occurrence, records
 from tests.support.worker import make_repo
@@ -67,13 +69,28 @@ async def test_a_worker_down_across_occurrences_fires_none_of_them_and_the_next_
     assert (after[0] - max(before)) // 3000 - 1 >= 3  # at least three occurrences passed with nobody serving
 
 
+@contextlib.asynccontextmanager
+async def serving(env: dict[str, str], redis: Redis, keys: Keys) -> AsyncIterator[Scheduler]:
+    """The schedules of ``env``'s triggers file served in this process onto ``cron``'s stream, stopped
+    (every task awaited) on the way out."""
+    stop = asyncio.Event()
+    started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
+                                    host="cron", recheck_s=0.2)
+    assert started is not None
+    scheduler, tasks = started
+    try:
+        yield scheduler
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+
 async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_running_one(
     redis: Redis, keys: Keys, tmp_path: Path
 ) -> None:
     app = tmp_path / "app"
     app.mkdir()
     trig = triggers(tmp_path, app)
-    stop = asyncio.Event()
 
     def events(name: str) -> list[Any]:
         return [e for e in logs if e["event"] == name]
@@ -81,13 +98,9 @@ async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_
     async def queued(prefix: str) -> bool:
         return any(text(f[b"id"]).startswith(prefix) for _, f in await redis.xrange(keys.host_jobs("cron")))
 
+    env = {"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
     with capture_logs() as logs:
-        env = {"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
-        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
-                                        host="cron", recheck_s=0.2)
-        assert started is not None
-        scheduler, tasks = started
-        try:
+        async with serving(env, redis, keys) as scheduler:
             await wait_for(lambda: events("schedule_fired"), 10, what="a first occurrence")
             trig.write_text('{"triggers": [{"on": {"type": "cron"}}]}')
             await wait_for(lambda: events("schedules_reload_invalid"), 10, what="the refusal")
@@ -101,9 +114,6 @@ async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_
             await wait_for(lambda: events("scheduler_removed_orphan"), 10, what="tick removed")
             assert list(scheduler.active) == ["tock"] and events("schedules_reloaded")
             await wait_for(lambda: queued("repeat:tock:"), 10, what="tock firing")
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks)
     assert [e["id"] for e in events("scheduler_removed_orphan")] == ["tick"]
 
 
@@ -157,20 +167,12 @@ async def test_a_missing_triggers_file_serves_nothing_until_it_appears(
     app = tmp_path / "app"
     app.mkdir()
     path = tmp_path / "later.json"
-    stop = asyncio.Event()
+    env = {"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}
     with capture_logs() as logs:
-        env = {"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}
-        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
-                                        host="cron", recheck_s=0.2)
-        assert started is not None
-        scheduler, tasks = started
-        try:
+        async with serving(env, redis, keys) as scheduler:
             assert scheduler.active == {}
             path.write_text(triggers(tmp_path, app).read_text())
             await wait_for(lambda: list(scheduler.active) == ["tick"], 10, what="the file served")
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks)
     assert [e["event"] for e in logs if e["event"].startswith("schedules_")][:2] == [
         "schedules_file_missing", "schedules_started"]
 
@@ -189,17 +191,12 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
     assert await guard_state(redis, keys, "tick") == (0, True)
     await count_stall(redis, keys, "local-abc-202601010000", 2)  # not a scheduled job: not a stall
     env = {**base_env, "PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
-    stop = asyncio.Event()
 
     async def queued() -> int:
         return int(await redis.xlen(keys.host_jobs("cron")))
 
     with capture_logs() as logs:
-        started = await start_schedules(env, redis, keys, keys.host_jobs("cron"), now_ms, stop,
-                                        host="cron", recheck_s=0.2)
-        assert started is not None
-        _, tasks = started
-        try:
+        async with serving(env, redis, keys):
             await wait_for(lambda: [e for e in logs if e["event"] == "schedule_torn_down"], 10,
                            what="a skipped occurrence")
             assert await queued() == 0
@@ -208,9 +205,6 @@ async def test_the_stall_guard_tears_a_schedule_down_past_the_max_until_rearmed(
             rearmed = await asyncio.to_thread(cli_json, env, "schedules", "--rearm", "tick")
             assert rearmed == {"rearmed": "tick", "wasTornDown": True}
             await wait_for(queued, 10, what="the schedule firing again")
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks)
 
 
 async def test_two_live_hosts_defining_a_schedule_differently_install_nothing_until_they_agree(
