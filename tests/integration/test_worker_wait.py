@@ -32,6 +32,12 @@ Logs = list[dict[str, Any]]
 FAST_CHECKS = {"PD_WAIT_INTERVAL_FLOOR_MS": "1000", "PI_WAIT_INTERVAL_MS": "1000"}
 
 
+def with_check(env: dict[str, str], tmp_path: Path, *codes: int, **extra: str) -> dict[str, str]:
+    """The worker's environment with a profile ``ci`` whose check answers ``codes`` in turn."""
+    check = check_program(tmp_path / "ci", *codes)
+    return {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check}", **extra}
+
+
 def events(logs: Logs, name: str, job: Job | None = None) -> Logs:
     return [e for e in logs if e["event"] == name and (job is None or e.get("job") == job.id)]
 
@@ -72,7 +78,7 @@ async def test_an_after_instant_starts_the_container_no_earlier_and_within_a_sec
 async def test_a_profile_answering_not_yet_twice_runs_after_the_third_check(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 3, 3, 0)}"}
+    profile_env = with_check(env, tmp_path, 3, 3, 0)
     job = waiting(issue_job("exit=0", number=5), {"profile": "ci"})
     with capture_logs() as logs:
         async with running_worker(profile_env, redis, keys, docker) as (settings, _, _):
@@ -89,7 +95,7 @@ async def test_a_profile_answering_never_is_refused_with_no_container_and_no_bud
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, github: GithubStandIn,
     tmp_path: Path,
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 2)}"}
+    profile_env = with_check(env, tmp_path, 2)
     job = waiting(issue_job("exit=0", number=6), {"profile": "ci"})
     with capture_logs() as logs:
         async with running_worker(profile_env, redis, keys, docker) as (settings, _, _):
@@ -106,8 +112,7 @@ async def test_a_profile_answering_never_is_refused_with_no_container_and_no_bud
 async def test_a_check_that_always_faults_is_unanswerable_after_the_max_faults(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_MAX_FAULTS": "3",
-                   "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 1)}"}
+    profile_env = with_check(env, tmp_path, 1, PI_WAIT_MAX_FAULTS="3")
     job = waiting(issue_job("exit=0", number=8), {"profile": "ci"})
     with capture_logs() as logs:
         async with running_worker(profile_env, redis, keys, docker) as (settings, _, _):
@@ -121,7 +126,7 @@ async def test_a_check_that_always_faults_is_unanswerable_after_the_max_faults(
 async def test_a_second_job_for_the_same_item_while_the_first_waits_never_runs(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
-    profile_env = {**env, **FAST_CHECKS, "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 3, 3, 0)}"}
+    profile_env = with_check(env, tmp_path, 3, 3, 0)
     first = waiting(issue_job("exit=0", number=9), {"profile": "ci"})
     # A redelivery after the router's dedup window: another job id, the same item, flow and rule.
     second = msgspec.structs.replace(first, id=first.id + "-again")
@@ -141,8 +146,7 @@ async def test_a_job_needing_a_profile_runs_only_on_the_host_that_declares_it(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
     a_env = {**env, "PI_WORKER_NAME": env["PI_WORKER_NAME"] + "-a"}
-    b_env = {**env, **FAST_CHECKS, "PI_WORKER_NAME": env["PI_WORKER_NAME"] + "-b",
-             "PI_WAIT_PROFILES": f"ci:{check_program(tmp_path / 'ci', 0)}"}
+    b_env = with_check(env, tmp_path, 0, PI_WORKER_NAME=env["PI_WORKER_NAME"] + "-b")
     jobs = [waiting(issue_job("exit=0", number=20 + n), {"profile": "ci"}) for n in range(4)]
     with capture_logs() as logs:
         async with running_worker(a_env, redis, keys, docker) as _a, \
