@@ -9,7 +9,8 @@ import pytest
 
 from pidispatch.common import cli, jobimage
 from pidispatch.common.errors import ConfigError
-from pidispatch.common.jobimage import BuildPlan, build_argv, build_hash, context_files, find_image_dir, plan
+from pidispatch.common.imagebuild import EXTRA_CA_NAME
+from pidispatch.common.jobimage import BuildPlan, build_argv, context_files, find_image_dir, plan
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -55,31 +56,9 @@ def test_verb_is_required() -> None:
         cli.build_parser().parse_args(["job-image"])
 
 
-def test_hash_is_stable_and_order_independent() -> None:
-    a = build_hash({"Dockerfile": b"FROM x\n", "runner.mjs": b"//r\n"}, ["sha256:1"])
-    b = build_hash({"runner.mjs": b"//r\n", "Dockerfile": b"FROM x\n"}, ["sha256:1"])
-    assert a == b and len(a) == jobimage.HASH_LEN and all(c in "0123456789abcdef" for c in a)
-
-
-@pytest.mark.parametrize(
-    ("files", "bases"),
-    [
-        ({"Dockerfile": b"FROM y\n", "runner.mjs": b"//r\n"}, ["sha256:1"]),  # content changed
-        ({"Dockerfile": b"FROM x\n", "runner.js": b"//r\n"}, ["sha256:1"]),  # name changed
-        ({"Dockerfile": b"FROM x\n", "runner.mjs": b"//r\n"}, ["sha256:2"]),  # base rebuilt
-        ({"Dockerfile": b"FROM x\n", "runner.mjs": b"//r\n"}, ["sha256:1", "sha256:3"]),  # runtime
-        # Moving bytes from one file's end to the next name must not collide.
-        ({"Dockerfile": b"FROM x\nrunner.mjs", "": b"//r\n"}, ["sha256:1"]),
-    ],
-)
-def test_hash_changes_with_any_input(files: dict[str, bytes], bases: list[str]) -> None:
-    ref = build_hash({"Dockerfile": b"FROM x\n", "runner.mjs": b"//r\n"}, ["sha256:1"])
-    assert build_hash(files, bases) != ref
-
-
 def test_context_files_skip_a_stray_ca_bundle_and_folders(tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_bytes(b"FROM x\n")
-    (tmp_path / jobimage.EXTRA_CA_NAME).write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    (tmp_path / EXTRA_CA_NAME).write_bytes(b"-----BEGIN CERTIFICATE-----\n")
     (tmp_path / "sub").mkdir()
     assert context_files(tmp_path) == {"Dockerfile": b"FROM x\n"}
 
@@ -109,19 +88,3 @@ def test_build_argv_passes_bases_and_hash() -> None:
     assert argv[2:4] == ["--build-arg", "BASE=b:1"]
     assert "RUNTIME=r:1" in argv and "BUILD_HASH=abc" in argv
     assert argv[-3:] == ["-t", "pi-job:latest", "/ctx"]
-
-
-def test_human_size() -> None:
-    assert jobimage.human_size(336_123_456) == "336 MB"
-
-
-def test_the_trusted_bundle_is_node_extra_ca_certs_then_ssl_cert_file_then_none_that_is_missing(
-    tmp_path: Path,
-) -> None:
-    from pidispatch.common.jobimage import trusted_bundle
-
-    first, second = tmp_path / "a.pem", tmp_path / "b.pem"
-    second.write_text("b")
-    assert trusted_bundle({"NODE_EXTRA_CA_CERTS": str(first), "SSL_CERT_FILE": str(second)}) == second
-    first.write_text("a")
-    assert trusted_bundle({"NODE_EXTRA_CA_CERTS": str(first), "SSL_CERT_FILE": str(second)}) == first

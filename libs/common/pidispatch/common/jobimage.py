@@ -9,29 +9,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import os
 import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.common.imagebuild import (
+    EXTRA_CA_NAME,
+    build_hash,
+    image_id,
+    report,
+    stream,
+    tag_if_built,
+    write_context,
+)
 
 DEFAULT_TAG = "pi-job:latest"
 DEFAULT_BASE = "pd-job-base:trixie"
 DEFAULT_RUNTIME = "pd-job-runtime:trixie"
-BUILD_HASH_LABEL = "dev.pi-dispatch.build-hash"
 IMAGE_DIR = Path("images") / "job"
 BASE_SCRIPT = "build-base.sh"
-# The builder's extra CA bundle goes into the build context under this name (the Dockerfile's build
-# stage hands it to npm); it is never part of the hash: it changes how pi is fetched, not what is built.
-EXTRA_CA_NAME = "extra-ca.pem"
-HASH_LEN = 16
-SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 @dataclass(frozen=True)
@@ -83,19 +82,6 @@ def context_files(image_dir: Path) -> dict[str, bytes]:
     }
 
 
-def build_hash(files: Mapping[str, bytes], base_ids: Sequence[str]) -> str:
-    """Pure: the content hash of the image's inputs, its files and the exact base images (their ids,
-    so a rebuilt base rebuilds the image). Names are length-prefixed so no two inputs collide."""
-    digest = hashlib.sha256()
-    for name in sorted(files):
-        data = files[name]
-        digest.update(f"file {len(name)} {name} {len(data)}\n".encode())
-        digest.update(data)
-    for ref in base_ids:
-        digest.update(f"base {ref}\n".encode())
-    return digest.hexdigest()[:HASH_LEN]
-
-
 def build_argv(plan_: BuildPlan, *, build_hash_: str, context: Path) -> list[str]:
     """Pure: the ``docker build`` command line."""
     return [
@@ -108,72 +94,6 @@ def build_argv(plan_: BuildPlan, *, build_hash_: str, context: Path) -> list[str
     ]
 
 
-def human_size(n: int) -> str:
-    return f"{n / 1_000_000:.0f} MB"
-
-
-async def _stream(argv: Sequence[str], what: str) -> None:
-    """Run ``argv``, copying its output line by line; a non-zero exit is an ``InfraError`` naming ``what``."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-        )
-    except OSError as exc:
-        raise InfraError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from None
-    assert proc.stdout is not None
-    async for line in proc.stdout:
-        sys.stdout.write(line.decode("utf-8", errors="replace"))
-        sys.stdout.flush()
-    code = await proc.wait()
-    if code != 0:
-        raise InfraError(f"{what} failed (exit {code}); its output is above")
-
-
-async def _capture(*argv: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
-    out, _ = await proc.communicate()
-    return proc.returncode or 0, out.decode("utf-8", errors="replace").strip()
-
-
-async def _image_id(ref: str) -> str | None:
-    code, out = await _capture("docker", "image", "inspect", "-f", "{{.Id}}", ref)
-    return out if code == 0 and out else None
-
-
-async def _image_with_hash(hash_: str) -> str | None:
-    code, out = await _capture(
-        "docker", "images", "-q", "--no-trunc", "--filter", f"label={BUILD_HASH_LABEL}={hash_}"
-    )
-    return out.splitlines()[0] if code == 0 and out else None
-
-
-async def _report(tag: str, started: float, verb: str) -> None:
-    _, size = await _capture("docker", "image", "inspect", "-f", "{{.Size}}", tag)
-    shown = human_size(int(size)) if size.isdigit() else "size unknown"
-    print(f"job-image: {tag} {verb}: {shown}, {time.monotonic() - started:.0f} s")
-
-
-def _make_context(image_dir: Path, files: Mapping[str, bytes], target: Path) -> None:
-    """The build context: ``images/job`` plus, when the builder trusts an extra CA (a TLS-intercepting
-    proxy), that bundle, so npm inside the build trusts it too."""
-    for name, data in files.items():
-        (target / name).write_bytes(data)
-    extra_ca = trusted_bundle(os.environ)
-    if extra_ca is not None:
-        shutil.copyfile(extra_ca, target / EXTRA_CA_NAME)
-
-
-def trusted_bundle(env: Mapping[str, str]) -> Path | None:
-    """What this machine trusts, for npm inside the build: ``NODE_EXTRA_CA_CERTS``, else ``SSL_CERT_FILE``,
-    else the system bundle (a shell started clean still trusts what the machine trusts)."""
-    for candidate in (env.get("NODE_EXTRA_CA_CERTS"), env.get("SSL_CERT_FILE"), SYSTEM_BUNDLE):
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    return None
-
-
 async def build(args: argparse.Namespace) -> int:
     plan_ = plan(args)
     image_dir = await asyncio.to_thread(find_image_dir)
@@ -181,26 +101,20 @@ async def build(args: argparse.Namespace) -> int:
         raise InfraError("docker not found on PATH; job-image build needs the docker CLI and daemon")
     started = time.monotonic()
     if plan_.build_base:
-        await _stream(["sh", str(image_dir / BASE_SCRIPT)], BASE_SCRIPT)
-    base_ids = []
-    for ref in dict.fromkeys((plan_.base, plan_.runtime)):
-        image_id = await _image_id(ref)
-        # A base not here yet is pulled by docker build; its name stands in for its id in the hash.
-        base_ids.append(image_id or ref)
+        await stream(["sh", str(image_dir / BASE_SCRIPT)], BASE_SCRIPT)
+    # A base not here yet is pulled by docker build; its name stands in for its id in the hash.
+    base_ids = [await image_id(ref) or ref for ref in dict.fromkeys((plan_.base, plan_.runtime))]
     files = await asyncio.to_thread(context_files, image_dir)
     hash_ = build_hash(files, base_ids)
-    existing = await _image_with_hash(hash_)
-    if existing is not None:
-        code, _ = await _capture("docker", "tag", existing, plan_.tag)
-        if code != 0:
-            raise InfraError(f"docker tag {plan_.tag} failed")
+    if await tag_if_built(hash_, plan_.tag):
         print(f"job-image: nothing changed (build hash {hash_}); build skipped")
-        await _report(plan_.tag, started, "up to date")
+        await report("job-image", plan_.tag, started, "up to date")
         return 0
     with tempfile.TemporaryDirectory(prefix="pd-job-image-") as tmp:
-        await asyncio.to_thread(_make_context, image_dir, files, Path(tmp))
-        await _stream(build_argv(plan_, build_hash_=hash_, context=Path(tmp)), "docker build")
-    await _report(plan_.tag, started, f"built (build hash {hash_})")
+        # The Dockerfile's build stage hands the CA bundle to npm; the final stage never sees it.
+        await asyncio.to_thread(write_context, files, Path(tmp))
+        await stream(build_argv(plan_, build_hash_=hash_, context=Path(tmp)), "docker build")
+    await report("job-image", plan_.tag, started, f"built (build hash {hash_})")
     return 0
 
 

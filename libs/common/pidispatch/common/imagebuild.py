@@ -1,0 +1,113 @@
+"""What every image build of this project shares: the content hash that lets a build with unchanged inputs
+be skipped, the trusted CA bundle handed into a build behind a TLS-intercepting proxy, and the ``docker``
+CLI calls (output copied line by line, failures as ``InfraError``).
+
+``jobimage`` (the job image) and ``serviceimage`` (the services' image) build on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pidispatch.common.errors import InfraError
+
+BUILD_HASH_LABEL = "dev.pi-dispatch.build-hash"
+# The builder's extra CA bundle goes into a build context under this name; it is never part of the hash:
+# it changes how packages are fetched, not what is built.
+EXTRA_CA_NAME = "extra-ca.pem"
+HASH_LEN = 16
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def build_hash(files: Mapping[str, bytes], base_ids: Sequence[str]) -> str:
+    """Pure: the content hash of the image's inputs, its files and the exact base images (their ids,
+    so a rebuilt base rebuilds the image). Names are length-prefixed so no two inputs collide."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        data = files[name]
+        digest.update(f"file {len(name)} {name} {len(data)}\n".encode())
+        digest.update(data)
+    for ref in base_ids:
+        digest.update(f"base {ref}\n".encode())
+    return digest.hexdigest()[:HASH_LEN]
+
+
+def human_size(n: int) -> str:
+    return f"{n / 1_000_000:.0f} MB"
+
+
+def trusted_bundle(env: Mapping[str, str]) -> Path | None:
+    """What this machine trusts, for package managers inside a build: ``NODE_EXTRA_CA_CERTS``, else
+    ``SSL_CERT_FILE``, else the system bundle (a shell started clean still trusts what the machine trusts)."""
+    for candidate in (env.get("NODE_EXTRA_CA_CERTS"), env.get("SSL_CERT_FILE"), SYSTEM_BUNDLE):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def write_context(files: Mapping[str, bytes], target: Path) -> None:
+    """A build context from ``files`` (relative paths), plus this machine's trusted CA bundle when it has
+    one, so the build's downloads trust what the builder trusts."""
+    for name, data in files.items():
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    extra_ca = trusted_bundle(os.environ)
+    if extra_ca is not None:
+        (target / EXTRA_CA_NAME).write_bytes(extra_ca.read_bytes())
+
+
+async def stream(argv: Sequence[str], what: str) -> None:
+    """Run ``argv``, copying its output line by line; a non-zero exit is an ``InfraError`` naming ``what``."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+    except OSError as exc:
+        raise InfraError(f"{what}: cannot run {argv[0]}: {exc.strerror or exc}") from None
+    assert proc.stdout is not None
+    async for line in proc.stdout:
+        sys.stdout.write(line.decode("utf-8", errors="replace"))
+        sys.stdout.flush()
+    code = await proc.wait()
+    if code != 0:
+        raise InfraError(f"{what} failed (exit {code}); its output is above")
+
+
+async def capture(*argv: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode("utf-8", errors="replace").strip()
+
+
+async def image_id(ref: str) -> str | None:
+    code, out = await capture("docker", "image", "inspect", "-f", "{{.Id}}", ref)
+    return out if code == 0 and out else None
+
+
+async def tag_if_built(hash_: str, tag: str) -> bool:
+    """Tag the image already built from these inputs, if there is one; True when so."""
+    code, out = await capture(
+        "docker", "images", "-q", "--no-trunc", "--filter", f"label={BUILD_HASH_LABEL}={hash_}"
+    )
+    existing = out.splitlines()[0] if code == 0 and out else None
+    if existing is None:
+        return False
+    code, _ = await capture("docker", "tag", existing, tag)
+    if code != 0:
+        raise InfraError(f"docker tag {tag} failed")
+    return True
+
+
+async def report(what: str, tag: str, started: float, verb: str) -> None:
+    _, size = await capture("docker", "image", "inspect", "-f", "{{.Size}}", tag)
+    shown = human_size(int(size)) if size.isdigit() else "size unknown"
+    print(f"{what}: {tag} {verb}: {shown}, {time.monotonic() - started:.0f} s")
