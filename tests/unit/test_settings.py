@@ -67,3 +67,17 @@ def test_settings_are_frozen() -> None:
     s = load_settings({})
     with pytest.raises(AttributeError):
         s.concurrency = 5  # type: ignore[misc]
+
+
+def test_metrics_port_unset_means_no_endpoint() -> None:
+    assert load_settings({}).metrics_port is None
+    assert load_settings({"PD_METRICS_PORT": " "}).metrics_port is None
+    assert load_settings({"PD_METRICS_PORT": "9100"}).metrics_port == 9100
+
+
+@pytest.mark.parametrize("value", ["0", "x", "70000", "-1"])
+def test_a_bad_metrics_port_names_the_variable_and_the_range(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({"PD_METRICS_PORT": value})
+    assert str(info.value).startswith("PD_METRICS_PORT=")
+    assert "accepted: 1..65535" in str(info.value)

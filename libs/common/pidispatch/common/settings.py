@@ -43,6 +43,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_password: Secret[str] | None = None
     key_prefix: str = "pd"
     log_level: str = "info"
+    # Router and worker: where /healthz, /readyz and /metrics are served (common.monitor); None = nowhere.
+    metrics_port: int | None = None
     events_maxlen: int = 10_000
     claim_idle_ms: int = 60_000
     max_deliveries: int = 5
@@ -360,6 +362,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         **_store_part(env),
         log_level=_log_level(env),
+        metrics_port=_optional_int(env, "PD_METRICS_PORT", 1, 65535),
         **_receiver_part(env),
         **_host_part(env),
         **_container_part(env),

@@ -15,9 +15,11 @@ from redis.exceptions import AuthenticationError
 
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
+from pidispatch.common.health import Health
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
+from pidispatch.common.monitor import monitoring
 from pidispatch.common.redis import (
     Redis,
     auth_refused,
@@ -56,8 +58,8 @@ def require_credentials(rules: Rules, config: ForgeConfig) -> None:
 
 
 async def serve(_args: argparse.Namespace | None = None) -> int:
-    """Validate everything first (a bad file or variable exits 2 before any connection), resolve the
-    harness's identity on each forge, then route until SIGTERM/SIGINT."""
+    """Validate everything first (a bad file or variable exits 2 before any connection), serve the
+    ``PD_METRICS_PORT`` endpoint when it is set, then route (``_route``) until SIGTERM/SIGINT."""
     settings = load_settings()
     configure_logging("router", settings.log_level)
     forges = load_forge_config()
@@ -65,6 +67,18 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
     warn_if_empty(rules, os.path.basename(settings.triggers_file) or settings.triggers_file)
     require_credentials(rules, forges)
+    # Made here, not in the loop, so /readyz reads the very state the loop writes.
+    redis_health = Health("redis_unreachable", "redis_restored")
+    # Served from before the identity lookups, which may retry for minutes: the process is alive meanwhile.
+    async with monitoring(settings.metrics_port, "router", lambda: ["redis"] if redis_health.down else []):
+        await _route(settings, forges, rules, consumer, redis_health)
+    return 0
+
+
+async def _route(
+    settings: Settings, forges: ForgeConfig, rules: Rules, consumer: str, redis_health: Health
+) -> None:
+    """Connect, resolve the harness's identity on each forge, then route until SIGTERM/SIGINT."""
     stop = stop_on_signals()
     http = create_http()
     redis = create_redis(settings.redis_url, settings.redis_password)
@@ -91,6 +105,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
         try:
             await run_router(
                 settings, redis, keys, rules_ref, stop, now_ms, self_ids=self_ids, ask=ask, consumer=consumer,
+                redis_health=redis_health,
             )
         finally:
             stop.set()
@@ -99,7 +114,6 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     finally:
         await redis.aclose()
         await http.close()
-    return 0
 
 
 async def _with_redis(settings: Settings) -> Redis:

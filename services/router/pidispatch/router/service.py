@@ -119,11 +119,12 @@ async def run_router(
     self_ids: SelfIds | None = None,
     ask: Asker | None = None,
     consumer: str | None = None,
+    redis_health: Health | None = None,
 ) -> None:
-    """Consume ``pd:events`` until ``stop`` is set. Transient Redis errors never end it."""
+    """Consume ``pd:events`` until ``stop`` is set; transient Redis errors never end it (``redis_health``)."""
     router = Router(
         settings, redis, keys, rules_ref, clock, consumer or consumer_name(),
-        self_ids or SelfIds(), ask or _no_authority,
+        self_ids or SelfIds(), ask or _no_authority, redis_health,
     )
     get_logger().info("router_started", consumer=router.consumer, rules=rules_ref.current.count)
     # Every router trims: each step is one atomic XTRIM behind the groups, so peers never over-cut.
@@ -147,9 +148,11 @@ class Router:
         consumer: str,
         self_ids: SelfIds,
         ask: Asker,
+        redis_health: Health | None = None,
     ) -> None:
         self.settings, self.redis, self.keys, self.rules_ref = settings, redis, keys, rules_ref
         self.clock, self.consumer, self.self_ids, self.ask = clock, consumer, self_ids, ask
+        self.redis_health = redis_health or Health("redis_unreachable", "redis_restored")
         self.log = get_logger()
         self.enqueuer = Enqueuer(redis, keys, clock)
         self._group_ready = False
@@ -160,7 +163,7 @@ class Router:
         self._next_retry = 0.0
 
     async def run(self, stop: asyncio.Event) -> None:
-        backoff, redis_health = Backoff(), Health("redis_unreachable", "redis_restored")
+        backoff, redis_health = Backoff(), self.redis_health
         while not stop.is_set():
             try:
                 await self._tick(stop)

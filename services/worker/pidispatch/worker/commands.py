@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 
 from pidispatch.common.settings import Settings
@@ -53,10 +54,11 @@ async def worker_main() -> int:
 
     from pidispatch.common.keys import Keys
     from pidispatch.common.log import configure_logging
+    from pidispatch.common.monitor import monitoring
     from pidispatch.common.redis import check_redis_auth, create_redis
     from pidispatch.common.runtime import now_ms, stop_on_signals
     from pidispatch.common.settings import load_settings
-    from pidispatch.worker.service import run_worker
+    from pidispatch.worker.service import Worker
 
     settings = load_settings()
     configure_logging("worker", settings.log_level)
@@ -66,7 +68,10 @@ async def worker_main() -> int:
     docker = create_docker()
     try:
         await check_redis_auth(redis, settings.redis_url)
-        await run_worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms)
+        # Built here rather than in run_worker: the PD_METRICS_PORT endpoint reads its health.
+        worker = Worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms, os.environ)
+        async with monitoring(settings.metrics_port, "worker", worker.down):
+            await worker.run()
     finally:
         await docker.close()
         await redis.aclose()

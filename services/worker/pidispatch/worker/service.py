@@ -268,6 +268,13 @@ class Worker:
         self.docker_health.ok()
         return True
 
+    def down(self) -> list[str]:
+        """What ``/readyz`` names: a pure read of the loop's own state. Docker counts as down until it
+        first answers, as no job starts before then."""
+        docker_down = self.docker_health.down or not self.docker_ok
+        return [name for name, is_down in (("redis", self.ctx.redis_health.down), ("docker", docker_down))
+                if is_down]
+
     def _free(self) -> int:
         return self.settings.concurrency - len(self.slots)
 
