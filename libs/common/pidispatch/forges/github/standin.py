@@ -168,7 +168,9 @@ class DemoForge:
                 response.headers[name.strip()] = value.strip()
         return response
 
-    async def start(self) -> str:
+    async def start(self, host: str = "127.0.0.1") -> str:
+        """Serve on ``host`` (loopback for ``dev``; the deploy check gives Docker's bridge address, where
+        containers reach the host)."""
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024**2)
         owner, name = REPO.split("/")
         base = f"/repos/{owner}/{name}"
@@ -180,7 +182,7 @@ class DemoForge:
         app.router.add_route("*", "/git/{tail:.*}", self._git_http)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, host, 0)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
@@ -191,12 +193,14 @@ class DemoForge:
             await self._runner.cleanup()
 
 
-async def start_demo_forge(state_dir: Path) -> tuple[DemoForge, dict[str, str]]:
+async def start_demo_forge(
+    state_dir: Path, host: str = "127.0.0.1"
+) -> tuple[DemoForge, dict[str, str]]:
     """Start the stand-in; returns it and the variables that point a worker and a router at it."""
     root = state_dir / "demo-forge"
     token = await prepare(root)
     forge = DemoForge(root, token)
-    url = await forge.start()
+    url = await forge.start(host)
     return forge, {"GITHUB_AUTH_SOURCE": "pat", "GITHUB_PAT": token, "GITHUB_API_URL": url}
 
 
