@@ -56,15 +56,18 @@ async def worker_main() -> int:
     from pidispatch.common.redis import check_redis_auth, create_redis
     from pidispatch.common.runtime import now_ms, stop_on_signals
     from pidispatch.common.settings import load_settings
+    from pidispatch.worker.replica import resolve_worker_name
     from pidispatch.worker.service import run_worker
 
     settings = load_settings()
     configure_logging("worker", settings.log_level)
-    structlog.contextvars.bind_contextvars(host=settings.worker_name)
     stop = stop_on_signals()
     redis = create_redis(settings.redis_url, settings.redis_password)
     docker = create_docker()
     try:
+        # Before anything logs or claims under the name: {replica} needs this container's compose label.
+        settings = await resolve_worker_name(settings, docker)
+        structlog.contextvars.bind_contextvars(host=settings.worker_name)
         await check_redis_auth(redis, settings.redis_url)
         await run_worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms)
     finally:
