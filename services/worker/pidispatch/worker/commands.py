@@ -15,7 +15,7 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("worker", help="run jobs from the job stream in locked-down containers")
-    p.set_defaults(func=worker_command)
+    p.set_defaults(func=worker_command, service=True)
     d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")
     d.add_argument("--tag", default=Settings().job_image, help="image tag (default %(default)s)")
     d.set_defaults(func=demo_image_command)
