@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 
 from pidispatch.common import __version__
@@ -31,15 +33,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(func: object, args: argparse.Namespace) -> int:
-    """Call a command and map the project's error classes to exit codes (2 config, 1 infra)."""
+HALT_VARIABLE = "PD_HALT_ON_CONFIG_ERROR"
+HALTED = (
+    f"pi-dispatch: halted on the configuration error above ({HALT_VARIABLE}=1): "
+    "fix it, then recreate this container"
+)
+
+
+def halt_on_config_error(env: Mapping[str, str]) -> bool:
+    """Pure: whether a service should wait for a stop signal after a configuration error, not exit."""
+    value = (env.get(HALT_VARIABLE) or "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{HALT_VARIABLE}={value!r} is refused; accepted: 0 or 1")
+    return value == "1"
+
+
+def halt_until_stopped() -> None:
+    """Say so, then block until SIGTERM or SIGINT. Blocked before the line is written, so a signal sent
+    once it is seen stays pending for sigwait rather than taking its default action."""
+    stop = {signal.SIGTERM, signal.SIGINT}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
+        print(HALTED, file=sys.stderr, flush=True)
+        signal.sigwait(stop)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def run(func: object, args: argparse.Namespace) -> int:
+    """Call a command and map the project's error classes to exit codes (2 config, 1 infra).
+
+    A service (receiver, router, worker) under a restart policy would restart forever on exit 2, which
+    Docker cannot exempt; with PD_HALT_ON_CONFIG_ERROR=1 it stays up, idle, until it is stopped."""
+    halt = False  # a refused PD_HALT_ON_CONFIG_ERROR itself exits at once
+    try:
+        halt = bool(getattr(args, "service", False)) and halt_on_config_error(os.environ)
         result = func(args)  # type: ignore[operator]
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
     except ConfigError as exc:
-        print(f"pi-dispatch: configuration error: {exc}", file=sys.stderr)
+        print(f"pi-dispatch: configuration error: {exc}", file=sys.stderr, flush=True)
+        if halt:
+            halt_until_stopped()
         return 2
     except InfraError as exc:
         print(f"pi-dispatch: {exc}", file=sys.stderr)

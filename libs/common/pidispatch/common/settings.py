@@ -33,6 +33,8 @@ from pidispatch.common.unsupported import check_environment
 from pidispatch.common.waitsettings import WaitSettings, load_wait_settings
 
 WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# In PI_WORKER_NAME: the compose replica number, filled in by the worker at start (worker.replica).
+REPLICA = "{replica}"
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
 
@@ -264,13 +266,8 @@ def _receiver_part(env: Mapping[str, str]) -> _ReceiverPart:
 def _host_part(env: Mapping[str, str]) -> _HostPart:
     """This worker host: its name, its slots, and the beat that keeps its liveness row."""
     declared = _get(env, "PI_WORKER_NAME")
-    if declared is not None and (
-        not WORKER_NAME_RE.match(declared) or declared.endswith((".json", ".log"))
-    ):
-        raise ConfigError(
-            f"PI_WORKER_NAME={declared!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
-            "starting with a letter or digit, not ending in .json or .log"
-        )
+    if declared is not None:
+        check_worker_name(declared)
     beat_ms = _int(env, "PD_HOST_BEAT_MS", 15_000, 50, 600_000)
     ttl_ms = _int(env, "PD_HOST_TTL_MS", 90_000, 200, 3_600_000)
     if ttl_ms < 3 * beat_ms:
@@ -391,6 +388,22 @@ def _image(ref: str) -> str:
             "control characters or a leading dash"
         )
     return ref
+
+
+def check_worker_name(name: str) -> None:
+    """Refuse a declared PI_WORKER_NAME. ``{replica}`` (once) stands for the compose replica number, which
+    the worker fills in at start (worker.replica); the template is checked as replica 1 would read."""
+    probe = name.replace(REPLICA, "1", 1)
+    if "{" in probe or "}" in probe:
+        raise ConfigError(
+            f"PI_WORKER_NAME={name!r} is refused; accepted: the placeholder {REPLICA} at most once, "
+            "and no other {...}"
+        )
+    if not WORKER_NAME_RE.match(probe) or probe.endswith((".json", ".log")):
+        raise ConfigError(
+            f"PI_WORKER_NAME={name!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
+            f"starting with a letter or digit, not ending in .json or .log, with {REPLICA} at most once"
+        )
 
 
 def _default_host_name() -> str:

@@ -21,7 +21,7 @@ async def run_receiver(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.set_defaults(func=run_receiver)
+    parser.set_defaults(func=run_receiver, service=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -9,4 +9,4 @@ from pidispatch.common.cli import run
 from pidispatch.router.commands import serve
 
 if __name__ == "__main__":
-    sys.exit(run(serve, argparse.Namespace()))
+    sys.exit(run(serve, argparse.Namespace(service=True)))

@@ -263,7 +263,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, PD_MAX_DELIVERIES, "
         "PD_EVENTS_MAXLEN.",
     )
-    parser.set_defaults(func=serve)
+    parser.set_defaults(func=serve, service=True)
 
     ev = sub.add_parser("events", help="recent deliveries and what the router decided")
     ev.add_argument("--limit", type=int, default=20)

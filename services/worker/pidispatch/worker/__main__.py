@@ -9,4 +9,4 @@ from pidispatch.common.cli import run
 from pidispatch.worker.commands import worker_command
 
 if __name__ == "__main__":
-    sys.exit(run(worker_command, argparse.Namespace()))
+    sys.exit(run(worker_command, argparse.Namespace(service=True)))

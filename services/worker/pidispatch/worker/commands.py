@@ -16,7 +16,7 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("worker", help="run jobs from the job stream in locked-down containers")
-    p.set_defaults(func=worker_command)
+    p.set_defaults(func=worker_command, service=True)
     d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")
     d.add_argument("--tag", default=Settings().job_image, help="image tag (default %(default)s)")
     d.set_defaults(func=demo_image_command)
@@ -58,15 +58,18 @@ async def worker_main() -> int:
     from pidispatch.common.redis import check_redis_auth, create_redis
     from pidispatch.common.runtime import now_ms, stop_on_signals
     from pidispatch.common.settings import load_settings
+    from pidispatch.worker.replica import resolve_worker_name
     from pidispatch.worker.service import Worker
 
     settings = load_settings()
     configure_logging("worker", settings.log_level)
-    structlog.contextvars.bind_contextvars(host=settings.worker_name)
     stop = stop_on_signals()
     redis = create_redis(settings.redis_url, settings.redis_password)
     docker = create_docker()
     try:
+        # Before anything logs or claims under the name: {replica} needs this container's compose label.
+        settings = await resolve_worker_name(settings, docker)
+        structlog.contextvars.bind_contextvars(host=settings.worker_name)
         await check_redis_auth(redis, settings.redis_url)
         # Built here rather than in run_worker: the PD_METRICS_PORT endpoint reads its health.
         worker = Worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms, os.environ)

@@ -266,8 +266,9 @@ async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
         return _fail(facts)
 
     from pidispatch.common.settings import load_settings
+    from pidispatch.worker.replica import own_stream_settings
 
-    settings = load_settings()
+    settings = await own_stream_settings(load_settings())
     keys = Keys(settings.key_prefix)
     stream = keys.host_jobs(settings.worker_name) if settings.worker_name_declared else keys.jobs
     job = build_local_job(args, path, facts.basename, clock())

@@ -136,6 +136,7 @@ async def run_trigger(args: argparse.Namespace, clock: EpochMsClock) -> int:
     from pidispatch.worker.firings import record_firing
     from pidispatch.worker.local import check_folder, enqueue_once
     from pidispatch.worker.outcome import InfraFault
+    from pidispatch.worker.replica import own_stream_settings
     from pidispatch.worker.schedules import cron_job
 
     problem = trigger_problem(args)
@@ -157,7 +158,7 @@ async def run_trigger(args: argparse.Namespace, clock: EpochMsClock) -> int:
         return _fail(f"folder {folder} cannot be checked ({fault.reason}); try again")
     if isinstance(facts, str):
         return _fail(facts)
-    settings = load_settings()
+    settings = await own_stream_settings(load_settings())
     keys = Keys(settings.key_prefix)
     stream = keys.host_jobs(settings.worker_name) if settings.worker_name_declared else keys.jobs
     now = clock()

@@ -1,0 +1,93 @@
+"""PD_HALT_ON_CONFIG_ERROR: a service stopped by a configuration error waits for a stop signal instead of
+exiting into a restart loop; every other case still exits 2 at once. Real processes, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+import pytest
+
+from pidispatch.common.cli import HALTED, halt_on_config_error
+from pidispatch.common.errors import ConfigError
+
+DEADLINE_S = 20.0
+CONFIG_LINE = "pi-dispatch: configuration error: PD_LOG_LEVEL='loud' is refused"
+
+
+async def _start(verb: str, **env: str) -> asyncio.subprocess.Process:
+    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pidispatch.common.cli", verb,
+        env=full, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def _line(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stderr is not None
+    return (await asyncio.wait_for(proc.stderr.readline(), DEADLINE_S)).decode().rstrip("\n")
+
+
+@pytest.mark.parametrize(("verb", "stop"), [("router", signal.SIGTERM), ("worker", signal.SIGTERM),
+                                             ("receiver", signal.SIGINT)])  # fmt: skip
+async def test_a_service_halts_on_a_configuration_error_until_stopped(verb: str, stop: int) -> None:
+    proc = await _start(verb, PD_LOG_LEVEL="loud", PD_HALT_ON_CONFIG_ERROR="1")
+    try:
+        assert (await _line(proc)).startswith(CONFIG_LINE)
+        assert await _line(proc) == HALTED
+        # Still there: the halt line is written with the stop signals already blocked, so from here on
+        # the process only ends by the signal below, and it would have ended already if it did not wait.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(proc.wait()), 0.5)
+        assert proc.returncode is None
+        proc.send_signal(stop)
+        assert await asyncio.wait_for(proc.wait(), DEADLINE_S) == 2
+        assert proc.stderr is not None
+        assert await proc.stderr.read() == b""
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("verb", "env"),
+    [
+        ("router", {}),
+        ("worker", {"PD_HALT_ON_CONFIG_ERROR": "0"}),
+        ("worker", {"PD_HALT_ON_CONFIG_ERROR": ""}),
+        # `runs` is a command, not a service: it never waits, whatever the variable says.
+        ("runs", {"PD_HALT_ON_CONFIG_ERROR": "1"}),
+    ],
+)
+async def test_otherwise_a_configuration_error_exits_2_at_once(verb: str, env: dict[str, str]) -> None:
+    proc = await _start(verb, PD_LOG_LEVEL="loud", **env)
+    assert await asyncio.wait_for(proc.wait(), DEADLINE_S) == 2
+    assert proc.stderr is not None
+    lines = (await proc.stderr.read()).decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(CONFIG_LINE)
+
+
+async def test_a_bad_value_is_itself_a_configuration_error_and_does_not_halt() -> None:
+    # Otherwise valid settings: the refusal is of the variable itself, before the service starts.
+    proc = await _start("router", PD_HALT_ON_CONFIG_ERROR="yes")
+    assert await asyncio.wait_for(proc.wait(), DEADLINE_S) == 2
+    assert proc.stderr is not None
+    lines = (await proc.stderr.read()).decode().splitlines()
+    assert lines == [
+        "pi-dispatch: configuration error: PD_HALT_ON_CONFIG_ERROR='yes' is refused; accepted: 0 or 1"
+    ]
+
+
+@pytest.mark.parametrize(("value", "halt"), [(None, False), ("", False), ("0", False), (" 1 ", True)])
+def test_the_variable_reads_0_or_1(value: str | None, halt: bool) -> None:
+    env = {} if value is None else {"PD_HALT_ON_CONFIG_ERROR": value}
+    assert halt_on_config_error(env) is halt
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2", "on"])
+def test_anything_else_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^PD_HALT_ON_CONFIG_ERROR=.* accepted: 0 or 1$"):
+        halt_on_config_error({"PD_HALT_ON_CONFIG_ERROR": value})
