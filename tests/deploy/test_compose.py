@@ -165,7 +165,7 @@ async def stack(tmp_path: Path, test_image: str) -> AsyncIterator[Stack]:
     env = {
         **os.environ, **forge_env,
         "WEBHOOK_SECRET": secret, "RECEIVER_PUBLISH": str(free_port()), "PI_DATA_DIR": str(data),
-        "PD_CONFIG_DIR": str(config), "PI_JOB_IMAGE": test_image, "WORKER_NAME_PREFIX": project,
+        "PD_CONFIG_DIR": str(config), "PI_JOB_IMAGE": test_image, "WORKER_NAME_PREFIX": f"{project}-worker",
         # Short liveness, so a worker scaled away is taken over within seconds, and a short grace, so
         # its running jobs are left running (the case that could lose them).
         "PD_HOST_BEAT_MS": "1000", "PD_HOST_TTL_MS": "5000", "PI_SHUTDOWN_GRACE": "2",
@@ -211,8 +211,12 @@ async def test_scaled_compose_stack_runs_every_delivery_once_and_scaling_workers
     assert set(spread) == hosts, spread
     print(f"deploy: records per worker {dict(sorted(spread.items()))}")
     assert (await stack.redis_cli("XLEN", "pd:events")).strip() == str(FIRST_BATCH)
-    decisions = (await stack.redis_cli("--scan", "--pattern", "pd:event:*")).split()
-    assert len(decisions) == FIRST_BATCH
+    # The operator's view, run where operators run it: one queued decision with one job per delivery.
+    rows = json.loads(await stack.compose("exec", "-T", "router", "pi-dispatch", "events", "--limit", "100",
+                                          "--json", timeout=60))
+    assert len(rows) == FIRST_BATCH
+    assert Counter(r.get("outcome") for r in rows) == Counter({"queued": FIRST_BATCH}), rows[:2]
+    assert sum(len(r.get("jobs") or ()) for r in rows) == FIRST_BATCH
 
     # Each group's consumers are visible to redis-cli: two routers, three workers under their stable names.
     routers = _consumer_names(await stack.redis_cli("XINFO", "CONSUMERS", "pd:events", "router"))
@@ -226,26 +230,37 @@ async def test_scaled_compose_stack_runs_every_delivery_once_and_scaling_workers
     # and the survivor takes them over; each is recorded once, completed.
     answers = await post(stack, range(FIRST_BATCH + 1, FIRST_BATCH + IN_FLIGHT + 1), sleep_s=25)
     assert answers == Counter({202: IN_FLIGHT})
-    leaving = sorted(hosts - {f"{stack.prefix}-1"})
-    await wait_for("jobs running on the workers to be scaled away",
-                   lambda: job_containers(stack, *leaving), deadline_s=120)
+    stays = f"{stack.prefix}-1"
+    leaving = sorted(hosts - {stays})
+    await wait_for(f"{IN_FLIGHT} job containers running",
+                   lambda: _running(stack, sorted(hosts), IN_FLIGHT), deadline_s=120)
     in_flight = len(await job_containers(stack, *leaving))
+    assert in_flight > 0
     t0 = time.monotonic()
     await stack.up({**SCALE, "worker": 1})
     total = FIRST_BATCH + IN_FLIGHT
     await wait_for(f"{total} records", lambda: _count(stack, total), deadline_s=240)
-    print(f"deploy: scaled to one worker with {in_flight} jobs in flight on the others; "
-          f"all {IN_FLIGHT} recorded {time.monotonic() - t0:.0f} s later")
+    print(f"deploy: scaled to one worker with {in_flight} of {IN_FLIGHT} jobs in flight on the two "
+          f"stopped; all {IN_FLIGHT} recorded {time.monotonic() - t0:.0f} s later")
     records = stack.records()
     assert Counter(r["outcome"] for r in records) == Counter({"completed": total})
     assert len({r["jobId"] for r in records}) == total
     assert all(r["attempt"] == 1 for r in records)
+    # The survivor recorded the stopped workers' jobs: it re-attached to their containers, never re-ran.
+    batch = [r for r in records if r["target"] and int(r["target"].rsplit("#", 1)[-1]) > FIRST_BATCH]
+    assert len(batch) == IN_FLIGHT and {r["host"] for r in batch} == {stays}, batch
+    logs = await stack.compose("logs", "--no-color", "worker", timeout=120)
+    assert logs.count("job_reattached") >= in_flight
     assert not await job_containers(stack, *hosts)
 
 
 async def _all_healthy(stack: Stack, expected: int) -> dict[str, str] | None:
     states = await health(stack)
     return states if len(states) == expected and set(states.values()) == {"healthy"} else None
+
+
+async def _running(stack: Stack, hosts: list[str], n: int) -> bool:
+    return len(await job_containers(stack, *hosts)) >= n
 
 
 async def _count(stack: Stack, n: int) -> bool:
