@@ -225,6 +225,7 @@ async def test_scaled_compose_stack_runs_every_delivery_once_and_scaling_workers
     for stream in ("pd:jobs", *(f"pd:jobs:{h}" for h in sorted(hosts))):
         workers |= _consumer_names(await stack.redis_cli("XINFO", "CONSUMERS", stream, "workers"))
     assert workers == hosts, workers
+    print(f"deploy: XINFO CONSUMERS: router group {sorted(routers)}, workers group {sorted(workers)}")
 
     # Jobs in flight on every worker, then scale to one: the two stopped workers leave theirs running
     # and the survivor takes them over; each is recorded once, completed.
@@ -251,6 +252,16 @@ async def test_scaled_compose_stack_runs_every_delivery_once_and_scaling_workers
     assert len(batch) == IN_FLIGHT and {r["host"] for r in batch} == {stays}, batch
     logs = await stack.compose("logs", "--no-color", "worker", timeout=120)
     assert logs.count("job_reattached") >= in_flight
+
+    # A configuration error under the restart policy: the worker halts with one line, it does not loop.
+    stack.env["PI_CONCURRENCY"] = "0"
+    await stack.compose("up", "-d", "--no-deps", "worker")
+    line = await wait_for("the halted worker's line", lambda: _halted(stack), deadline_s=60)
+    state = (await run("docker", "inspect", "-f", "{{.State.Status}} {{.RestartCount}}",
+                       f"{stack.project}_worker_1" if COMPOSE == ["docker-compose"] else
+                       f"{stack.project}-worker-1", timeout=30)).split()
+    assert state == ["running", "0"], state
+    print(f"deploy: PI_CONCURRENCY=0 → {line}; container {state[0]}, restarts {state[1]}")
     assert not await job_containers(stack, *hosts)
 
 
@@ -261,6 +272,13 @@ async def _all_healthy(stack: Stack, expected: int) -> dict[str, str] | None:
 
 async def _running(stack: Stack, hosts: list[str], n: int) -> bool:
     return len(await job_containers(stack, *hosts)) >= n
+
+
+async def _halted(stack: Stack) -> str | None:
+    logs = await stack.compose("logs", "--no-color", "worker", timeout=60)
+    lines = [line.split("|", 1)[-1].strip() for line in logs.splitlines()]
+    errors = [line for line in lines if line.startswith("pi-dispatch: configuration error:")]
+    return errors[0] if len(errors) == 1 and "halted on the configuration error" in logs else None
 
 
 async def _count(stack: Stack, n: int) -> bool:
