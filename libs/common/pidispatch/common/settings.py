@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
@@ -409,3 +409,28 @@ def check_worker_name(name: str) -> None:
 def _default_host_name() -> str:
     name = re.sub(r"[^A-Za-z0-9._-]", "", os.uname().nodename.lower())[:64]
     return name if WORKER_NAME_RE.match(name) else "localhost"
+
+
+def load_settings_by_part(env: Mapping[str, str]) -> tuple[Settings, dict[str, str]]:
+    """``load_settings`` for ``pi-dispatch doctor``: each group of variables read on its own, so one bad
+    variable does not hide the rest. A refused group keeps its defaults; returned with its ConfigError
+    text, by group (``environment``, ``store``, ``receiver``, ``host``, ``container``, ``spend``, ...)."""
+    errors: dict[str, str] = {}
+    fields: dict[str, object] = {}
+    try:
+        check_environment(env)
+    except ConfigError as exc:
+        errors["environment"] = str(exc)
+    readers: dict[str, Callable[[Mapping[str, str]], Mapping[str, object]]] = {
+        "store": _store_part, "log": lambda e: {"log_level": _log_level(e)},
+        "metrics": lambda e: {"metrics_port": _optional_int(e, "PD_METRICS_PORT", 1, 65535)},
+        "receiver": _receiver_part, "host": _host_part, "container": _container_part,
+        "upkeep": _upkeep_part, "spend": _spend_part, "agent": _agent_part,
+        "wait": lambda e: {"wait": load_wait_settings(e)},
+    }
+    for group, read in readers.items():
+        try:
+            fields.update(read(env))
+        except ConfigError as exc:
+            errors[group] = str(exc)
+    return Settings(**fields), errors  # type: ignore[arg-type]

@@ -71,3 +71,22 @@ def load_forge_config(env: Mapping[str, str] | None = None) -> ForgeConfig:
         identity_retry_s=_identity_window(env),
     )
 
+
+
+def load_forge_config_by_forge(env: Mapping[str, str]) -> tuple[ForgeConfig, dict[str, str]]:
+    """``load_forge_config`` for ``pi-dispatch doctor``: each forge's block on its own; a refused block
+    is left unconfigured and its ConfigError text returned under the forge's name (``identity`` for the
+    retry window)."""
+    loaders = {"github": load_github, "gitlab": load_gitlab, "forgejo": load_forgejo, "azure": load_azure}
+    blocks: dict[str, object] = {}
+    errors: dict[str, str] = {}
+    for name, load in loaders.items():
+        try:
+            blocks[name] = load(env)
+        except ConfigError as exc:
+            errors[name] = str(exc)
+    try:
+        blocks["identity_retry_s"] = _identity_window(env)
+    except ConfigError as exc:
+        errors["identity"] = str(exc)
+    return ForgeConfig(**blocks), errors  # type: ignore[arg-type]

@@ -55,6 +55,8 @@ class IdentityCalls:
 
     def __init__(self, config: ForgeConfig, sources: TokenSources, http: aiohttp.ClientSession) -> None:
         self.config, self.sources, self.http = config, sources, http
+        # Each forge's last answer's headers (lower-cased names): ``doctor`` reads a token's scopes there.
+        self.headers: dict[str, Mapping[str, str]] = {}
 
     async def json(self, forge: str, what: str, url: str | yarl.URL, headers: Mapping[str, str], *,
                    denied: str | None = None) -> Any:
@@ -66,6 +68,7 @@ class IdentityCalls:
             raise IdentityTransient(exc.reason) from None
         except BadBody:
             raise IdentityTransient("bad-json") from None
+        self.headers[forge] = reply.headers
         if not reply.ok:
             if is_transient_status(reply.status, reply.headers):
                 raise IdentityTransient(f"status-{reply.status}")

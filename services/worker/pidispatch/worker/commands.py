@@ -25,9 +25,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
         c.add_argument("--json", action="store_true")
         c.set_defaults(func=pause_command, paused=verb == "pause")
-    from pidispatch.worker import control, local, runs, scheduleview, waitview
+    from pidispatch.worker import control, doctor, local, runs, scheduleview, waitview
 
     control.register(sub)
+    doctor.register(sub)
     local.register(sub)
     runs.register(sub)
     scheduleview.register(sub)
