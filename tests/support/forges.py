@@ -331,7 +331,11 @@ def register_github(forge: FakeForge, prefix: str = "") -> None:
     async def user(forge: FakeForge, request: web.Request) -> web.StreamResponse:
         if _bearer(request) != forge.state["pat"]:
             return unauthorized()
-        return web.json_response({"login": "pi-bot", "id": forge.state["user_id"], "type": "User"})
+        # A classic token's scopes, as GitHub reports them on every answer (``scopes`` None: not sent).
+        scopes = forge.state.get("scopes")
+        headers = {} if scopes is None else {"X-OAuth-Scopes": scopes}
+        return web.json_response({"login": "pi-bot", "id": forge.state["user_id"], "type": "User"},
+                                 headers=headers)
 
     async def repository(forge: FakeForge, request: web.Request) -> web.StreamResponse:
         if not token_ok(request):

@@ -126,7 +126,7 @@ def disarmed_indexes(data: object) -> list[int]:
 
 def triggers_check(error: str | None, count: int, disarmed: Sequence[int]) -> Check:
     if error is not None:
-        return Check("triggers", FAIL, error, "fix PI_TRIGGERS_FILE as the finding says (the router refuses it too)")
+        return Check("triggers", FAIL, error, "fix PI_TRIGGERS_FILE as the finding says")
     if disarmed:
         listed = ", ".join(f"triggers[{i}]" for i in disarmed)
         return Check("triggers", WARN, f"{count} rules; disarmed (spent one-shots): {listed}",
