@@ -145,6 +145,9 @@ async def test_a_missing_webhook_secret_for_an_arm_with_rules_fails(
     report = await doctor(setup)
     check = report.checks["webhook-secrets"]
     assert check["status"] == "fail" and "gitlab" in check["finding"] and "github" not in check["finding"]
+    # Its rules ask GitLab about every delivery, and it has no credentials: the router would exit 2.
+    assert report.status("forge:gitlab") == "fail"
+    assert "has no credentials" in report.checks["forge:gitlab"]["finding"]
 
 
 async def test_a_budget_at_its_cap_warns(setup: dict[str, str], redis: Redis, keys: Keys) -> None:

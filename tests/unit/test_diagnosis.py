@@ -70,6 +70,7 @@ def test_job_image() -> None:
 
 def test_triggers() -> None:
     assert dx.triggers_check(None, 3, ()).status == OK
+    assert dx.triggers_check(None, 1, ()).finding == "1 rule, none disarmed"
     spent = dx.triggers_check(None, 3, (1,))
     assert spent.status == WARN and "triggers[1]" in spent.finding
     bad = dx.triggers_check("PI_TRIGGERS_FILE t.json: boom", 0, ())

@@ -127,11 +127,12 @@ def disarmed_indexes(data: object) -> list[int]:
 def triggers_check(error: str | None, count: int, disarmed: Sequence[int]) -> Check:
     if error is not None:
         return Check("triggers", FAIL, error, "fix PI_TRIGGERS_FILE as the finding says")
+    rules = f"{count} rule{'' if count == 1 else 's'}"
     if disarmed:
         listed = ", ".join(f"triggers[{i}]" for i in disarmed)
-        return Check("triggers", WARN, f"{count} rules; disarmed (spent one-shots): {listed}",
+        return Check("triggers", WARN, f"{rules}; disarmed (spent one-shots): {listed}",
                      "remove the spent entries, or delete their on.disarmed to arm them again")
-    return ok("triggers", f"{count} rules, none disarmed")
+    return ok("triggers", f"{rules}, none disarmed")
 
 
 @dataclass(frozen=True)

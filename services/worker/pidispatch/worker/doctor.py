@@ -79,13 +79,13 @@ async def diagnose(env: Mapping[str, str], timeout_s: float) -> list[Check]:
     keys = Keys(settings.key_prefix)
     redis = None if "store" in errors else create_redis(settings.redis_url, settings.redis_password)
     try:
-        redis_up = await _redis(checks, redis, timeout_s, "store" in errors)
+        redis_up = await _redis(checks, redis, timeout_s)
         live = redis if redis_up else None
         checks.append(await _streams(live, keys, timeout_s, redis is None))
         checks += await _docker(settings, forge_config, timeout_s, "container" in errors)
         rules, trigger_check = await _triggers(settings, "receiver" in errors)
         checks.append(trigger_check)
-        checks += await _forges(forge_config, forge_errors, timeout_s)
+        checks += await _forges(forge_config, forge_errors, rules, timeout_s)
         checks.append(_webhooks(rules, settings, env, "receiver" in errors))
         if live is None:
             cause = "REDIS_URL refused (config)" if redis is None else REDIS_DOWN
@@ -111,7 +111,7 @@ async def _config_get(redis: Redis, name: str, timeout_s: float) -> str | None:
     return found.get(name)
 
 
-async def _redis(checks: list[Check], redis: Redis | None, timeout_s: float, refused: bool) -> bool:
+async def _redis(checks: list[Check], redis: Redis | None, timeout_s: float) -> bool:
     """Append the redis check; True when Redis answers."""
     from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
@@ -285,8 +285,24 @@ def _disarmed(path: str) -> list[int]:
     return dx.disarmed_indexes(data)
 
 
-async def _forges(config: ForgeConfig, errors: Mapping[str, str], timeout_s: float) -> list[Check]:
-    """One real call per configured forge; a forge whose variables are refused fails without one."""
+def _uncredentialed(config: ForgeConfig, rules: Any) -> dict[str, str]:
+    """Forges whose rules need a lookup but which have no credentials: the router refuses to start."""
+    found: dict[str, str] = {}
+    for forge in forges.FORGES:
+        if rules is not None and forge.router().needs_lookup(rules.group(forge.name)):
+            try:
+                config.require(forge.name)
+            except ConfigError as exc:
+                found[forge.name] = str(exc)
+    return found
+
+
+async def _forges(
+    config: ForgeConfig, errors: Mapping[str, str], rules: Any, timeout_s: float
+) -> list[Check]:
+    """One real call per configured forge; a forge whose variables are refused, or that rules need and
+    has no credentials, fails without one. Other forges are not listed."""
+    errors = {**_uncredentialed(config, rules), **errors}
     from pidispatch.forges.http import create_http
     from pidispatch.router.forge import token_sources
     from pidispatch.router.identity import IdentityCalls
