@@ -89,8 +89,8 @@ def test_forge() -> None:
     narrow = dx.forge_check("github", dx.ForgeProbe(scopes="read:user"))
     assert narrow.status == WARN and "lack repo" in narrow.finding
     assert dx.forge_check("github", dx.ForgeProbe(scopes="")).status == WARN
-    refused = dx.forge_check("forgejo", dx.ForgeProbe(error="GET /user answered 401"))
-    assert refused.name == "forge:forgejo" and refused.status == FAIL
+    refused = dx.forge_check("forgejo", dx.ForgeProbe(error="GET /user answered 401"), "FORGEJO_TOKEN")
+    assert refused.name == "forge:forgejo" and refused.status == FAIL and refused.fix == "check FORGEJO_TOKEN"
 
 
 def test_webhook_secrets() -> None:

@@ -148,10 +148,11 @@ class ForgeProbe:
 REPO_SCOPES = ("repo", "public_repo")
 
 
-def forge_check(forge: str, probe: ForgeProbe) -> Check:
+def forge_check(forge: str, probe: ForgeProbe, hint: str = "its credentials") -> Check:
+    """``hint``: what an operator sets to give the forge credentials (``Forge.credentials_hint``)."""
     name = f"forge:{forge}"
     if probe.error is not None:
-        return Check(name, FAIL, probe.error, f"check this forge's credentials ({forge} variables)")
+        return Check(name, FAIL, probe.error, f"check {hint}")
     if probe.scopes is None:
         return ok(name, "credentials accepted; identity resolved")
     scopes = [s.strip() for s in probe.scopes.split(",") if s.strip()]

@@ -317,8 +317,10 @@ async def _forges(
 
         async def one(forge: forges.Forge) -> Check:
             if forge.name in errors:
-                return dx.forge_check(forge.name, dx.ForgeProbe(error=errors[forge.name]))
-            return dx.forge_check(forge.name, await _probe(forge, calls, timeout_s))
+                probe = dx.ForgeProbe(error=errors[forge.name])
+            else:
+                probe = await _probe(forge, calls, timeout_s)
+            return dx.forge_check(forge.name, probe, forge.credentials_hint)
 
         return list(await asyncio.gather(*(one(f) for f in named)))
     finally:
