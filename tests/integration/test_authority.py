@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from prometheus_client.exposition import generate_latest
 from structlog.testing import capture_logs
 
 from pidispatch.forges.azure.authority import AzureMembership
@@ -21,6 +22,7 @@ from pidispatch.forges.gitlab.authority import GitlabMember
 from pidispatch.forges.http import create_http
 from pidispatch.router.authority import Authority
 from pidispatch.router.lookup import Authorized, Indeterminate
+from pidispatch.router.metrics import RouterMetrics
 from tests.support.forges import (
     FakeForge,
     Scripted,
@@ -34,6 +36,7 @@ from tests.support.forges import (
     reply,
     user_descriptor,
 )
+from tests.support.scrape import labelled, parse, sample
 
 LOGIN = "mona-secret-login"
 EMAIL = "dev.person@example.com"
@@ -284,6 +287,23 @@ async def test_an_indeterminate_verdict_is_not_cached(http: aiohttp.ClientSessio
     assert await auth.ask(question) == Indeterminate("status-502")
     assert await auth.ask(question) == Authorized(True)
     assert len(gh.calls("permission")) == 2
+
+
+async def test_each_lookup_is_counted_by_forge_and_result_and_never_by_login(
+    http: aiohttp.ClientSession, gh: FakeForge
+) -> None:
+    metrics = RouterMetrics()
+    config = load_forge_config(gh_env(gh))
+    auth = Authority(config, {"github": GithubAuth(config, http)}, http, Clock(), metrics=metrics)
+    gh.script("permission", reply(502))
+    for login in ("writer", "writer", "writer", "stranger"):  # failed, allowed, cached, denied
+        await auth.ask(GithubCloser(repo="octo/hello", login=login))
+    got = parse(generate_latest(metrics.registry).decode())
+    counts = {r: sample(got, "pd_router_forge_lookups_total", forge="github", result=r) for r in
+              ("failed", "allowed", "cached", "denied")}
+    assert counts == {"failed": 1, "allowed": 1, "cached": 1, "denied": 1}
+    series = labelled(got, "pd_router_forge_lookups_total")
+    assert all(set(labels) == {"forge", "result"} for labels in series)  # no login, no repository
 
 
 async def test_the_cache_holds_no_login(http: aiohttp.ClientSession, gh: FakeForge) -> None:

@@ -110,10 +110,13 @@ class Monitor:
 
 
 @contextlib.asynccontextmanager
-async def monitoring(port: int | None, service: str, readiness: Readiness) -> AsyncIterator[Monitor | None]:
-    """The endpoint of ``service`` for the block's duration; none when ``port`` is None (unset)."""
+async def monitoring(
+    port: int | None, service: str, readiness: Readiness, *, registry: CollectorRegistry | None = None
+) -> AsyncIterator[Monitor | None]:
+    """The endpoint of ``service`` for the block's duration; none when ``port`` is None (unset).
+    ``registry`` is the service's own (``service_registry`` plus its series); a bare one by default."""
     if port is None:
         yield None
         return
-    async with Monitor(port, readiness, service_registry(service)) as monitor:
+    async with Monitor(port, readiness, registry or service_registry(service)) as monitor:
         yield monitor

@@ -30,6 +30,7 @@ from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.http import BadBody, Reply, Unreachable, call
 from pidispatch.router.forge import RouterForge, TokenSources
 from pidispatch.router.lookup import Authorized, Indeterminate, Question, Verdict
+from pidispatch.router.metrics import RouterMetrics
 
 LOOKUP_TIMEOUT_S = 5.0
 CACHE_TTL_MS = 60_000
@@ -125,8 +126,10 @@ class Authority:
         *,
         timeout_s: float = LOOKUP_TIMEOUT_S,
         cache_ttl_ms: int = CACHE_TTL_MS,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         self.config, self.sources, self.http = config, sources, http
+        self.metrics = metrics
         self.timeout_s = timeout_s
         self.cache = VerdictCache(clock, cache_ttl_ms)
         self.log = get_logger()
@@ -136,15 +139,22 @@ class Authority:
         key = self.cache.key(question)
         cached = self.cache.get(key)
         if cached is not None:
+            self._count(route.name, "cached")
             return Authorized(cached)
         try:
             value = await route.authorize(question, self)
         except CannotAnswer as exc:
             fields = {"delivery": delivery} if delivery else {}
             self.log.warning(FAILED_EVENT[route.name], reason=exc.reason, **fields)
+            self._count(route.name, "failed")
             return Indeterminate(exc.reason)
         self.cache.put(key, value)
+        self._count(route.name, "allowed" if value is True else "denied")
         return Authorized(value)
+
+    def _count(self, forge: str, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.looked_up(forge, result)
 
     @staticmethod
     def _route(question: Question) -> RouterForge:

@@ -19,7 +19,7 @@ from pidispatch.common.health import Health
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import configure_logging, get_logger
 from pidispatch.common.models import Event
-from pidispatch.common.monitor import monitoring
+from pidispatch.common.monitor import monitoring, service_registry
 from pidispatch.common.redis import (
     Redis,
     auth_refused,
@@ -40,6 +40,7 @@ from pidispatch.router.explain import stored_line
 from pidispatch.router.forge import token_sources
 from pidispatch.router.identity import explicit_self_ids, resolve_self_ids
 from pidispatch.router.lookup import Question, Verdict
+from pidispatch.router.metrics import RouterMetrics
 from pidispatch.router.reroute import run_rerouter
 from pidispatch.router.rules import Rules, RulesRef
 from pidispatch.router.service import consumer_name, run_router
@@ -69,14 +70,20 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     require_credentials(rules, forges)
     # Made here, not in the loop, so /readyz reads the very state the loop writes.
     redis_health = Health("redis_unreachable", "redis_restored")
+    # One registry for the endpoint and the router's own series; kept (in memory) even when not served.
+    registry = service_registry("router")
+    metrics = RouterMetrics(registry)
     # Served from before the identity lookups, which may retry for minutes: the process is alive meanwhile.
-    async with monitoring(settings.metrics_port, "router", lambda: ["redis"] if redis_health.down else []):
-        await _route(settings, forges, rules, consumer, redis_health)
+    async with monitoring(
+        settings.metrics_port, "router", lambda: ["redis"] if redis_health.down else [], registry=registry
+    ):
+        await _route(settings, forges, rules, consumer, redis_health, metrics)
     return 0
 
 
 async def _route(
-    settings: Settings, forges: ForgeConfig, rules: Rules, consumer: str, redis_health: Health
+    settings: Settings, forges: ForgeConfig, rules: Rules, consumer: str, redis_health: Health,
+    metrics: RouterMetrics,
 ) -> None:
     """Connect, resolve the harness's identity on each forge, then route until SIGTERM/SIGINT."""
     stop = stop_on_signals()
@@ -90,7 +97,7 @@ async def _route(
             if forge not in forges.configured_forges():
                 # No credentials: the harness cannot author events there, so no identity is needed.
                 get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")
-        authority = Authority(forges, sources, http)
+        authority = Authority(forges, sources, http, metrics=metrics)
 
         async def ask(question: Question, delivery: str) -> Verdict:
             return await authority.ask(question, delivery=delivery)
@@ -105,7 +112,7 @@ async def _route(
         try:
             await run_router(
                 settings, redis, keys, rules_ref, stop, now_ms, self_ids=self_ids, ask=ask, consumer=consumer,
-                redis_health=redis_health,
+                redis_health=redis_health, metrics=metrics,
             )
         finally:
             stop.set()

@@ -36,7 +36,7 @@ from pidispatch.common.keys import READ_BLOCK_MS, ROUTER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, text
 from pidispatch.common.redis import Redis
-from pidispatch.common.runtime import EpochMsClock, now_ms, unless_stopped
+from pidispatch.common.runtime import EpochMsClock, every, now_ms, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -53,6 +53,7 @@ from pidispatch.router.decision import Ask, Drop, Fire
 from pidispatch.router.decisions import RouteOutcome, RouteOutcomeName
 from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
+from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
 from pidispatch.router.rules import RulesRef
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.trim import run_trimmer
@@ -83,6 +84,7 @@ class _Work(msgspec.Struct):
     decision: Drop | Fire | Ask | None = None
     outcome: RouteOutcome | None = None
     replies: list[Any] = msgspec.field(default_factory=list)
+    read_at: float = msgspec.field(default_factory=time.monotonic)  # for pd_router_enqueue_seconds
 
 
 def consumer_name(env: Mapping[str, str] | None = None) -> str:
@@ -120,21 +122,28 @@ async def run_router(
     ask: Asker | None = None,
     consumer: str | None = None,
     redis_health: Health | None = None,
+    metrics: RouterMetrics | None = None,
 ) -> None:
     """Consume ``pd:events`` until ``stop`` is set; transient Redis errors never end it (``redis_health``)."""
     router = Router(
         settings, redis, keys, rules_ref, clock, consumer or consumer_name(),
-        self_ids or SelfIds(), ask or _no_authority, redis_health,
+        self_ids or SelfIds(), ask or _no_authority, redis_health, metrics,
     )
     get_logger().info("router_started", consumer=router.consumer, rules=rules_ref.current.count)
     # Every router trims: each step is one atomic XTRIM behind the groups, so peers never over-cut.
     trimmer = asyncio.create_task(run_trimmer(redis, keys, settings.events_maxlen, stop))
+    # The backlog gauges on a timer of their own, so a scrape never waits on Redis.
+    backlog = asyncio.create_task(every(
+        BACKLOG_REFRESH_S, lambda: router.metrics.refresh_backlog(redis, keys), stop, None,
+        back_off=False, bug_event="router_backlog_error",
+    ))
     try:
         await router.run(stop)
     finally:
-        trimmer.cancel()
+        for task in (trimmer, backlog):
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await trimmer
+            await asyncio.gather(trimmer, backlog)
 
 
 class Router:
@@ -149,8 +158,11 @@ class Router:
         self_ids: SelfIds,
         ask: Asker,
         redis_health: Health | None = None,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         self.settings, self.redis, self.keys, self.rules_ref = settings, redis, keys, rules_ref
+        # Kept even when no endpoint serves them: a few counters in memory cost nothing.
+        self.metrics = metrics or RouterMetrics()
         self.clock, self.consumer, self.self_ids, self.ask = clock, consumer, self_ids, ask
         self.redis_health = redis_health or Health("redis_unreachable", "redis_restored")
         self.log = get_logger()
@@ -210,6 +222,7 @@ class Router:
         else:
             entries = await self._read_new(stop)
         if entries:
+            self.metrics.read(len(entries))
             await self.process_page([(entry_id, fields) for _, entry_id, fields in entries])
 
     async def _read_new(self, stop: asyncio.Event) -> list[Entry]:
@@ -252,6 +265,7 @@ class Router:
         await self._process_claimed(claimed)
 
     async def _process_claimed(self, entries: list[tuple[str, Fields]]) -> None:
+        self.metrics.read(len(entries))
         fresh: list[tuple[str, Fields]] = []
         for entry_id, fields in entries:
             deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, entry_id)
@@ -341,6 +355,7 @@ class Router:
                 await self._failed(w, "enqueue-failed", type(errors[0]).__name__)
                 continue
             w.outcome = self._outcome(w, ids, mine)
+            self.metrics.enqueued(time.monotonic() - w.read_at)
 
     def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> RouteOutcome:
         assert isinstance(w.decision, Fire) and w.event is not None
@@ -379,6 +394,9 @@ class Router:
             if acked:
                 pipe.xack(self.keys.events, ROUTER_GROUP, *acked)
             await pipe.execute()
+        for w in work:  # counted once written: a failed MULTI re-processes the page
+            if w.outcome is not None:
+                self.metrics.decided(w.outcome.outcome, w.outcome.reason)
 
     async def _failed(self, w: _Work, reason: str, error: str) -> None:
         """Leave the entry pending for a retry; park it once it has had ``PD_MAX_DELIVERIES`` tries."""
@@ -401,3 +419,4 @@ class Router:
             await decisions.record_dead(self.redis, self.keys, fields["forge"], delivery, entry_id, reason)
         extra = {"error": error} if error else {}
         self.log.warning("event_dead", entry=entry_id, reason=reason, **extra)
+        self.metrics.decided("dead", reason)

@@ -55,10 +55,11 @@ async def worker_main() -> int:
 
     from pidispatch.common.keys import Keys
     from pidispatch.common.log import configure_logging
-    from pidispatch.common.monitor import monitoring
+    from pidispatch.common.monitor import monitoring, service_registry
     from pidispatch.common.redis import check_redis_auth, create_redis
     from pidispatch.common.runtime import now_ms, stop_on_signals
     from pidispatch.common.settings import load_settings
+    from pidispatch.worker.metrics import WorkerMetrics
     from pidispatch.worker.replica import resolve_worker_name
     from pidispatch.worker.service import Worker
 
@@ -72,9 +73,13 @@ async def worker_main() -> int:
         settings = await resolve_worker_name(settings, docker)
         structlog.contextvars.bind_contextvars(host=settings.worker_name)
         await check_redis_auth(redis, settings.redis_url)
-        # Built here rather than in run_worker: the PD_METRICS_PORT endpoint reads its health.
-        worker = Worker(settings, redis, Keys(settings.key_prefix), docker, stop, now_ms, os.environ)
-        async with monitoring(settings.metrics_port, "worker", worker.down):
+        # Built here rather than in run_worker: the PD_METRICS_PORT endpoint reads its health and series.
+        registry = service_registry("worker")
+        worker = Worker(
+            settings, redis, Keys(settings.key_prefix), docker, stop, now_ms, os.environ,
+            metrics=WorkerMetrics(registry),
+        )
+        async with monitoring(settings.metrics_port, "worker", worker.down, registry=registry):
             await worker.run()
     finally:
         await docker.close()

@@ -19,6 +19,7 @@ from pidispatch.common.streams import wire
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.worker.forge import MakeClient
 from pidispatch.worker.hook import FailureHook
+from pidispatch.worker.metrics import WorkerMetrics
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.pausewindows import PauseWindow
 from pidispatch.worker.runner import Abort
@@ -53,6 +54,8 @@ class WorkerContext:
     scoped_limits: tuple[ScopedLimit, ...] = ()
     # The wait-for gate (run.waitFor); None only in a context built without one (tests of other parts).
     wait_gate: WaitGate | None = None
+    # The series /metrics serves (PD_METRICS_PORT); kept in memory even when nothing serves them.
+    metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
 
     @property
     def host(self) -> str:

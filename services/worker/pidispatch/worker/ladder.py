@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from redis.exceptions import RedisError
 
@@ -193,11 +194,13 @@ async def _spend(
     async def started(container_id: str) -> None:
         spend.started = True
         get_logger().info("job_started", job=job.id, container=container_id[:12])
+        ctx.metrics.started(time.monotonic() - launched)
         await set_state(ctx, job.id, state="running", container=container_id)
 
     crash_point("worker_before_launch")
     await set_state(ctx, job.id, state="launching")
     crash_point("worker_after_launching")
+    launched = time.monotonic()
     try:
         result = await run_container(
             ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started,

@@ -155,6 +155,7 @@ async def _reattach(
     ctx: WorkerContext, held: Held, job: Job, container_id: str, job_dir: str | None,
 ) -> AttemptOutcome:
     get_logger().info("job_reattached", job=job.id, container=container_id[:12])
+    ctx.metrics.reattached()
     await set_state(ctx, job.id, state="running", container=container_id, left="")
     try:
         result = await follow(
@@ -239,11 +240,11 @@ async def _conclude(
 ) -> None:
     """Record, remove the container, then retry later or mark terminal and ack: the container's exit
     code and the entry both outlive a crash until the record is written."""
-    result = done.result
+    result, ended_ms = done.result, ctx.clock()
     record = build_record(
         job, attempt=attempt, outcome=done.outcome, reason=done.reason,
         exit_code=result.exit_code if result else None, exit_info=done.exit_info,
-        started_at_ms=started_ms, ended_at_ms=ctx.clock(), host=ctx.host,
+        started_at_ms=started_ms, ended_at_ms=ended_ms, host=ctx.host,
     )
     record = msgspec.structs.replace(
         record, budget_reserved=done.budget_reserved,
@@ -252,6 +253,7 @@ async def _conclude(
     )
     if await write_record(ctx.settings.logs_dir, record) and ctx.mirror is not None:
         await ctx.mirror.write(record, ctx.clock())
+    ctx.metrics.recorded(done, max(ended_ms - started_ms, 0) / 1000)
     crash_point("worker_after_record")
     # Docker unreachable here is a hold: the next pass finds the record, removes, then acks.
     await remove_job_containers(ctx.docker, job.id, owner or ctx.host)
@@ -286,6 +288,7 @@ async def _after_record(
             attempt=attempt + 1, delay_ms=delay_ms,
         ))
         log.info("job_retry_scheduled", job=job.id, attempt=attempt, reason=reason, delay_ms=delay_ms)
+        ctx.metrics.retried()
         return
     terminal = {"state": outcome, "reason": reason or "", "endedAt": str(ctx.clock())}
     await until_done(ctx, lambda: _mark_terminal_and_ack(ctx, held, job.id, terminal))

@@ -36,6 +36,7 @@ from pidispatch.worker.forge import start_forges
 from pidispatch.worker.history import run_log_sweeper
 from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.lifecycle import HANDED_OVER, Hold, process
+from pidispatch.worker.metrics import WorkerMetrics
 from pidispatch.worker.mirror import Mirror
 from pidispatch.worker.outcome import InfraFault
 from pidispatch.worker.pausewindows import PauseWindow, load_windows
@@ -61,6 +62,7 @@ class Worker:
     def __init__(
         self, settings: Settings, redis: Redis, keys: Keys, docker: aiodocker.Docker,
         stop: asyncio.Event, clock: EpochMsClock, env: Mapping[str, str],
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.settings, self.redis, self.keys, self.docker, self.stop = settings, redis, keys, docker, stop
         caps = frozenset(capability_tokens(
@@ -76,11 +78,14 @@ class Worker:
             if settings.on_failure else None,
             wait_gate=WaitGate(settings.wait, redis, keys, clock, env),
         )
+        if metrics is not None:
+            self.ctx.metrics = metrics
         self.consumer = settings.worker_name
         own = [keys.host_jobs(settings.worker_name)] if settings.worker_name_declared else []
         self.streams = [*own, keys.jobs]
         self.log = get_logger()
         self.slots: dict[SlotKey, Held] = {}
+        self.ctx.metrics.watch_slots(self.slots, settings.concurrency)
         self.tasks: dict[SlotKey, asyncio.Task[None]] = {}
         self.slot_freed = asyncio.Event()
         self.upkeep = Upkeep(self.ctx, self.streams, self.slots, stop)

@@ -24,6 +24,7 @@ from pidispatch.common.models import text
 from pidispatch.common.registry import JOB_IMAGE_FIELD, host_streams, path_shaped
 from pidispatch.common.runtime import every
 from pidispatch.common.streams import Entry, ack, claim, pending, wire
+from pidispatch.worker import budget
 from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.runner import OPERATOR_CANCEL
 
@@ -81,7 +82,11 @@ class Upkeep:
         """Write the row, then re-claim every held entry to ourselves so its idle time starts over."""
         ctx = self.ctx
         key = ctx.keys.host(ctx.host)
+        # The budget gauges ride on the beat: the active windows' counters, read with the row's write.
+        found = budget.windows(ctx.settings, ctx.clock(), ctx.keys)
         async with ctx.redis.pipeline(transaction=False) as pipe:
+            for window in found:
+                pipe.get(window.key)
             pipe.hset(key, mapping=wire(self.row()))
             pipe.pexpire(key, ctx.settings.host_ttl_ms)
             pipe.sadd(ctx.keys.hosts, ctx.host)
@@ -90,7 +95,8 @@ class Upkeep:
                 by_stream.setdefault(stream, []).append(entry_id)
             for stream, ids in by_stream.items():
                 pipe.xclaim(stream, WORKER_GROUP, ctx.host, 0, ids, justid=True)
-            await pipe.execute()
+            used = (await pipe.execute())[:len(found)]
+        ctx.metrics.budget_used({w.name: int(n or 0) for w, n in zip(found, used, strict=True)})
 
     async def run_heartbeat(self) -> None:
         # A missed beat is tried again on the next one, not sooner: the row outlives several beats.
@@ -162,6 +168,7 @@ class Upkeep:
                 claimed += [(stream, entry_id, fields) for entry_id, fields in got]
                 if got or gone:
                     self.log.warning("jobs_taken_over", dead_host=owner, count=len(got) + len(gone))
+                    ctx.metrics.took_over(len(got) + len(gone))
                 if len(claimed) >= limit:
                     return claimed
         return claimed
