@@ -25,13 +25,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
         c.add_argument("--json", action="store_true")
         c.set_defaults(func=pause_command, paused=verb == "pause")
-    from pidispatch.worker import control, local, runs, scheduleview, waitview
+    from pidispatch.worker import control, local, runs, scheduleview, statuspage, waitview
 
     control.register(sub)
     local.register(sub)
     runs.register(sub)
     scheduleview.register(sub)
     waitview.register(sub)
+    statuspage.register(sub)
 
 
 def create_docker() -> aiodocker.Docker:
