@@ -3,9 +3,10 @@ job in the test image with its output captured, a held job; every page fetched o
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,9 +17,9 @@ import aiohttp
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker.statuspage import build_app, load_web_config
+from pidispatch.worker.statuspage import load_web_config
 from tests.support.cli import run_cli
-from tests.support.statusstack import HELD_JOB, HOSTILE, serving, status_stack
+from tests.support.statusstack import HELD_JOB, serving, status_stack
 
 PAGES = ("/", "/runs", "/deliveries", "/schedules", "/waits")
 
@@ -134,21 +135,21 @@ def test_the_verb_refuses_half_credentials_and_an_open_bind_without_auth(base_en
 
 
 async def test_the_verb_serves_until_sigterm(base_env: dict[str, str]) -> None:
-    import os
-
     full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **base_env}
-    proc = subprocess.Popen([sys.executable, "-m", "pidispatch.common.cli", "web", "--port", "0"], env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pidispatch.common.cli", "web", "--port", "0", env=full,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
         found = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
-        assert found, (line, proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
+        assert found, line
         status, body, _ = await get(found.group(1))
         assert status == 200 and "no live hosts" in body
         proc.terminate()
-        assert proc.wait(10) == 0
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait(5)
+            await proc.wait()

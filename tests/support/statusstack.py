@@ -96,7 +96,8 @@ async def status_stack(
         assert await _decided(redis, keys, dropped) == "dropped"
     finally:
         assert router.stop() == 0
-    fields = {"target": "acme/app#42", "dedupId": "d-acme", "conditions": conditions_json([{"profile": "ci"}])}
+    conditions = conditions_json([{"profile": "ci"}])
+    fields = {"target": "acme/app#42", "dedupId": "d-acme", "conditions": conditions}
     assert await take_hold(redis, keys, job_id=HELD_JOB, dedup_id="d-acme", ttl_ms=3_600_000, now_ms=now_ms(),
                            fields=fields) is None
     async with running_worker(worker_env, redis, keys, docker) as (settings, _, _):

@@ -132,11 +132,13 @@ def overview_html(view: Overview | None, banner: str | None = None) -> str:
         ("STREAM", "GROUP", "LENGTH", "PENDING", "LAG"),
         ((q.stream, q.group, q.length, q.pending, q.lag) for q in view.queues), "no streams yet",
     )
+    lag = ('<p class="note">PENDING: delivered to a consumer, not yet acknowledged; LAG: not yet delivered '
+           "(reported by Redis 7 and later, else -)</p>")
     held = table(
         ("KEY", "SIZE"), ((view.delayed_key, view.delayed), (view.dead_key, view.dead)), "",
     )
     paused = '<p class="bad">paused: no worker takes new jobs (pi-dispatch resume)</p>' if view.paused else ""
-    body = (f"{paused}<h2>Queues</h2>{queues}{held}<h2>Live hosts</h2>{hosts_table(view.hosts)}"
+    body = (f"{paused}<h2>Queues</h2>{queues}{lag}{held}<h2>Live hosts</h2>{hosts_table(view.hosts)}"
             f"{_links()}")
     return page("overview", "overview", body, banner)
 
