@@ -7,6 +7,7 @@ import asyncio
 import base64
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,8 +18,9 @@ import aiohttp
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker.statuspage import load_web_config
+from pidispatch.worker.statuspage import PAGE_TIMEOUT_S, load_web_config
 from tests.support.cli import run_cli
+from tests.support.processes import RedisProcess
 from tests.support.statusstack import HELD_JOB, serving, status_stack
 
 PAGES = ("/", "/runs", "/deliveries", "/schedules", "/waits")
@@ -153,3 +155,27 @@ async def test_the_verb_serves_until_sigterm(base_env: dict[str, str]) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_frozen_redis_costs_a_bounded_wait_and_a_banner_not_a_hang(
+    env: dict[str, str], own_redis: RedisProcess
+) -> None:
+    frozen = {**env, "REDIS_URL": own_redis.url}
+    redis = create_redis(own_redis.url)
+    try:
+        async with serving(load_web_config(frozen, "127.0.0.1")[0], redis) as url:
+            assert (await get(url + "/waits"))[0] == 200  # a pooled connection that then stops answering
+            assert own_redis.proc is not None
+            own_redis.proc.send_signal(signal.SIGSTOP)
+            try:
+                for path in ("/", "/deliveries"):
+                    started = time.monotonic()
+                    status, body, _ = await get(url + path)
+                    took = time.monotonic() - started
+                    assert status == 503 and "Redis at REDIS_URL is not answering" in body, path
+                    assert took < PAGE_TIMEOUT_S + 2, (path, took)
+            finally:
+                own_redis.proc.send_signal(signal.SIGCONT)
+            assert (await get(url + "/waits"))[0] == 200  # and back once it answers
+    finally:
+        await redis.aclose()
