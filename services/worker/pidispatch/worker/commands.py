@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
         c.add_argument("--json", action="store_true")
         c.set_defaults(func=pause_command, paused=verb == "pause")
-    from pidispatch.worker import control, doctor, local, runs, scheduleview, waitview
+    from pidispatch.worker import control, doctor, local, runs, scheduleview, statuspage, waitview
 
     control.register(sub)
     doctor.register(sub)
@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runs.register(sub)
     scheduleview.register(sub)
     waitview.register(sub)
+    statuspage.register(sub)
 
 
 def create_docker() -> aiodocker.Docker:
