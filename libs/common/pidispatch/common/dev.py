@@ -316,7 +316,7 @@ async def _wait_healthy(
     return False
 
 
-def _cli_path() -> str:
+def cli_path() -> str:
     """The command as a new shell can run it: the venv's script by its path (a new shell has no venv)."""
     beside = os.path.join(os.path.dirname(sys.executable), "pi-dispatch")
     return shlex.quote(beside) if os.access(beside, os.X_OK) else "pi-dispatch"
@@ -343,7 +343,7 @@ def _print_banner(
     # What the CLI in another terminal needs to see this deployment: its Redis, rules and run records.
     shared = ("REDIS_URL", "PI_TRIGGERS_FILE", "PI_LOGS_DIR")
     cli_env = [f"{name}={env[name]}" for name in shared if env.get(name)]
-    cli = _cli_path()
+    cli = cli_path()
     # Its own folder named, so the command works from any directory of another terminal.
     fresh = f"{cli} demo-curl --dir {shlex.quote(str(state))}"
     print(
