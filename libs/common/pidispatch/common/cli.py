@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from pidispatch.common import __version__
 from pidispatch.common.errors import ConfigError, InfraError
@@ -85,12 +86,23 @@ def run(func: object, args: argparse.Namespace) -> int:
         return 130
 
 
+# The verbs that read a deployment: run in a `pi-dispatch dev` folder, they find that dev (devstate).
+DEV_STATE_VERBS = frozenset({
+    "events", "explain", "replay", "hosts", "pause", "resume", "cancel", "status", "run", "runs", "schedules",
+    "waits",
+})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command in DEV_STATE_VERBS:
+        from pidispatch.common import devstate
+
+        devstate.apply(os.environ, Path.cwd())
     return run(args.func, args)
 
 
