@@ -123,7 +123,7 @@ def scaffold(folder: Path) -> list[tuple[Path, bool]]:
 
 
 def init_command(args: argparse.Namespace) -> int:
-    from pidispatch.common.dev import cli_path
+    from pidispatch.common.devbanner import cli_path
 
     folder = Path(args.dir)
     for path, written in scaffold(folder):
