@@ -149,11 +149,11 @@ async def events_command(args: argparse.Namespace) -> int:
     if not rows:
         print("no stored deliveries")
         return 0
-    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<22} {'outcome':<13} {'reason/jobs':<40} delivery")
+    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<22} {'outcome':<21} {'reason/jobs':<40} delivery")
     for row in rows:
         detail = row.reason or ",".join(row.jobs) or "-"
         print(f"{_ts(row.received_at):<20} {row.forge:<8} {row.event[:22]:<22} "
-              f"{row.outcome or 'not decided':<13} {detail[:40]:<40} {row.delivery}")
+              f"{events.shown_outcome(row):<21} {detail[:40]:<40} {row.delivery}")
     return 0
 
 
