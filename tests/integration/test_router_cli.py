@@ -168,13 +168,17 @@ async def test_events_shows_a_replay_as_a_replay_and_a_cancelled_job_as_cancelle
     try:
         delivery = await append(redis, keys)
         await wait_for(lambda: router.logged("enqueued"), timeout=15, what="the first decision")
-        assert cli(base_env, "replay", delivery).returncode == 0
+        replayed = cli(base_env, "replay", "--json", delivery)
+        assert replayed.returncode == 0, replayed.stderr
+        answer = json.loads(replayed.stdout)  # one JSON object, nothing else on stdout
+        assert (answer["replayed"], answer["delivery"], answer["forge"]) == (True, delivery, "github")
         await wait_for(lambda: len(router.logged("enqueued")) == 2, timeout=15, what="the replay's decision")
     finally:
         assert router.stop() == 0
 
     replay, original = json.loads(cli(base_env, "events", "--json").stdout)
     assert (replay["replay"], replay["outcome"], replay["jobs"]) == (True, "queued", [f"gh-{delivery}"])
+    assert replay["entry"] == answer["entry"]
     assert (original["replay"], original["outcome"]) == (False, "replayed")
     assert original["reason"] == f"decided again as entry {replay['entry']}" and original["jobs"] == []
 

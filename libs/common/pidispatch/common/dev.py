@@ -50,10 +50,19 @@ SAMPLE_TRIGGERS = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("dev", help="run receiver, router and a worker on this machine (embedded default)")
+    p = sub.add_parser(
+        "dev", help="run receiver, router and a worker on this machine (embedded default)",
+        description="Start a private Redis (unless REDIS_URL is set), a stand-in forge and model when none "
+        "is configured, the receiver, the router and one worker; print the webhook URL, a signed demo "
+        "delivery and the commands to watch it. State lives in --dir; Ctrl-C stops everything.",
+    )
     p.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
     p.set_defaults(func=dev)
-    c = sub.add_parser("demo-curl", help="print a fresh signed demo delivery for a running `pi-dispatch dev`")
+    c = sub.add_parser(
+        "demo-curl", help="print a fresh signed demo delivery for a running `pi-dispatch dev`",
+        description="Print a curl that posts a new demo delivery (new delivery id, new issue number, so "
+        "no dedup swallows it), signed with WEBHOOK_SECRET or dev's saved secret, to RECEIVER_PORT.",
+    )
     c.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
     c.set_defaults(func=demo_curl)
 

@@ -22,15 +22,27 @@ DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("worker", help="run jobs from the job stream in locked-down containers")
+    p = sub.add_parser(
+        "worker", help="run jobs from the job stream in locked-down containers",
+        description="Take jobs from the job streams and run each in a locked-down container of "
+        "PI_JOB_IMAGE, writing a run record to PI_LOGS_DIR (the service; docs/worker.md).",
+    )
     p.set_defaults(func=worker_command, service=True)
-    d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")
+    d = sub.add_parser(
+        "demo-image", help="build a tiny demo job image from this machine's busybox",
+        description="Build a tiny job image whose agent prints what a job is given (no model, no "
+        "registry): what `pi-dispatch dev` runs when no real job image exists.",
+    )
     d.add_argument("--tag", default=Settings().job_image, help="image tag (default %(default)s)")
     d.set_defaults(func=demo_image_command)
     for verb, text in (("pause", "stop taking new jobs (jobs still enqueue)"), ("resume", "take jobs again")):
-        c = sub.add_parser(verb, help=f"{text}: every worker, or one host with --host")
+        c = sub.add_parser(
+            verb, help=f"{text}: every worker, or one host with --host",
+            description=f"{text.capitalize()}: every worker, or one host with --host. The flag lives in "
+            "Redis with no expiry, so it outlasts restarts of the workers.",
+        )
         c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
-        c.add_argument("--json", action="store_true")
+        c.add_argument("--json", action="store_true", help="print one JSON object")
         c.set_defaults(func=pause_command, paused=verb == "pause")
     from pidispatch.worker import control, local, runs, scheduleview, waitview
 

@@ -145,7 +145,11 @@ _FAULT_TEXT = {
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="queue a job on a local git folder (the folder is the job's /workspace)")
+    p = sub.add_parser(
+        "run", help="queue a job on a local git folder (the folder is the job's /workspace)",
+        description="Queue a job that edits a local git folder in place (mounted as the job's /workspace) "
+        "on this host's worker, or run a cron trigger now with --trigger.",
+    )
     p.add_argument("folder", nargs="?", help="the top folder of a git repository with at least one commit")
     p.add_argument("--trigger", metavar="ID", help="run the cron trigger with this on.id now, on this host")
     p.add_argument("--task", help="what the agent should do (required)")
@@ -155,7 +159,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-turns", metavar="N", help="turn budget (default PI_MAX_TURNS)")
     p.add_argument("--image", help="job image (default PI_JOB_IMAGE)")
     p.add_argument("--force", action="store_true", help="queue even when the folder has uncommitted changes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_command)
 
 
