@@ -152,7 +152,7 @@ async def test_a_port_held_by_a_silent_server_is_named_within_ten_seconds(
 
 
 async def test_ctrl_c_during_the_start_stops_dev_too(started: Dev, tmp_path: Path) -> None:
-    await wait_for(lambda: (tmp_path / ".pi-dispatch" / "redis").exists(), 30, what="the start to begin")
+    await wait_for((tmp_path / ".pi-dispatch" / "redis").exists, 30, what="the start to begin")
     sent = time.monotonic()
     started.proc.send_signal(signal.SIGINT)
     children = started.children()

@@ -94,9 +94,12 @@ def test_anything_else_is_refused_naming_the_variable(value: str) -> None:
         halt_on_config_error({"PD_HALT_ON_CONFIG_ERROR": value})
 
 
-def _verbs(parser: argparse.ArgumentParser, path: str = "") -> list[tuple[str, str | None, argparse.ArgumentParser]]:
+Verb = tuple[str, str | None, argparse.ArgumentParser]
+
+
+def _verbs(parser: argparse.ArgumentParser, path: str = "") -> list[Verb]:
     """Every sub-command under ``parser``, nested ones too: (its path, its help, its parser)."""
-    found = []
+    found: list[Verb] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps = {a.dest: a.help for a in action._choices_actions}
