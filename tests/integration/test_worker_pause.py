@@ -77,13 +77,14 @@ async def test_pausing_a_host_never_seen_warns_and_still_pauses(
     env: dict[str, str], redis: Redis, keys: Keys
 ) -> None:
     from pidispatch.common.runtime import now_ms
+    from pidispatch.worker.history import build_record
     from pidispatch.worker.mirror import mirror_record
-    from tests.integration.test_runs_cli import make
 
+    past = build_record(issue_job("past"), attempt=1, outcome="completed", reason=None, exit_code=0,
+                        exit_info=None, started_at_ms=now_ms() - 5000, ended_at_ms=now_ms(), host="past-1")
     await redis.hset(keys.host("live-1"), mapping={"name": "live-1", "beatAt": str(now_ms())})
     await redis.sadd(keys.hosts, "live-1")
-    assert await mirror_record(redis, keys, make("gh-past", now_ms(), host="past-1"), retention_days=30,
-                               now_ms=now_ms())
+    assert await mirror_record(redis, keys, past, retention_days=30, now_ms=now_ms())
     ghost = cli(env, "pause", "--host", "liv-1")
     assert ghost.returncode == 0 and await redis.exists(keys.paused_host("liv-1"))
     [line] = ghost.stderr.splitlines()
