@@ -195,3 +195,19 @@ def test_events_reads_the_reason_cancel_writes() -> None:
     from pidispatch.worker.control import CANCEL_REASON as WRITTEN
 
     assert CANCEL_REASON == WRITTEN
+
+
+async def test_a_real_router_logs_self_identity_once_per_forge(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    from pidispatch import forges
+
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [OTHER_RULE]}))
+    router = ServiceProcess("router", {**base_env, "GITHUB_SELF_ID": "7"}, tmp_path / "router.log")
+    router.start()
+    try:
+        await wait_for(lambda: router.logged("router_started"), timeout=15, what="the router to start")
+    finally:
+        assert router.stop() == 0
+    logged = sorted(line["forge"] for line in router.logged("self_identity"))
+    assert logged == sorted(forges.names())

@@ -18,7 +18,7 @@ from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.health import Health
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
-from pidispatch.common.log import configure_logging, get_logger
+from pidispatch.common.log import configure_logging
 from pidispatch.common.models import Event
 from pidispatch.common.monitor import monitoring
 from pidispatch.common.redis import (
@@ -86,11 +86,8 @@ async def _route(
     try:
         await check_redis_auth(redis, settings.redis_url)
         sources = token_sources(forges, http)
+        # Logs one ``self_identity`` line per forge, those without credentials included.
         self_ids = await resolve_self_ids(forges, sources, http)
-        for forge in (f.name for f in FORGES):
-            if forge not in forges.configured_forges():
-                # No credentials: the harness cannot author events there, so no identity is needed.
-                get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")
         authority = Authority(forges, sources, http)
 
         async def ask(question: Question, delivery: str) -> Verdict:
