@@ -190,3 +190,18 @@ async def test_local_job_writes_into_the_folder_as_the_folders_owner_never_root(
     written = folder / "agent-was-here"
     assert written.read_text().strip() == "4242"
     assert (written.stat().st_uid, written.stat().st_gid) == (4242, 4242)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root-owned folder of the test's own needs root")
+@pytest.mark.parametrize(("job_user", "uid"), [(None, "1000:1000"), ("4242:4243", "4242:4243")])
+def test_a_root_owned_folder_says_the_exact_chown_with_the_job_user(
+    closed_redis_env: dict[str, str], tmp_path: Path, job_user: str | None, uid: str
+) -> None:
+    folder = make_repo(tmp_path / "my app")
+    os.chown(folder, 0, 0)
+    env = {**closed_redis_env, **({"PI_JOB_USER": job_user} if job_user else {})}
+    done = cli(env, str(folder), "--task", "fix it")
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert f"folder {folder} is owned by root" in line
+    assert f"chown -R {uid} '{folder}'" in line and "PI_JOB_USER" in line

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 from dataclasses import dataclass
@@ -134,9 +135,22 @@ _REFUSAL_TEXT = {
                 "pass the repository's top folder, or run git init and commit there",
     UNREADABLE_REPO: "git cannot read the repository in folder {shown}; run git status there to see why",
     NO_COMMIT: "the git repository in folder {shown} has no commit yet; commit first (a job starts at HEAD)",
-    USER_UNMAPPABLE: "folder {shown} is owned by root (uid or gid 0) and a job never runs as root; "
-                     "chown it to your own user",
+    USER_UNMAPPABLE: "folder {shown} is owned by root (uid or gid 0), and a local job runs as its folder's "
+                     "owner, never as root; give it to the job user: chown -R {user} {path} (PI_JOB_USER, "
+                     "default 1000:1000), then run again",
 }
+
+
+def _job_user() -> str:
+    """``uid:gid`` for a root-owned folder: PI_JOB_USER as the worker reads it, else its default."""
+    from pidispatch.common.configsyntax import parse_job_user
+    from pidispatch.common.errors import ConfigError
+    from pidispatch.common.settings import Settings
+
+    try:
+        return parse_job_user(os.environ.get("PI_JOB_USER", "").strip() or Settings().job_user)
+    except ConfigError:
+        return Settings().job_user
 _FAULT_TEXT = {
     FOLDER_UNREACHABLE: "folder {shown} cannot be read by this account; check its permissions",
     GIT_UNAVAILABLE: "git cannot be started; install git or put it on PATH",
@@ -203,7 +217,7 @@ async def check_folder(path: str, shown: str, *, force: bool) -> FolderFacts | s
         return f"folder {shown} does not exist (or is not a folder); pass the path of a git repository"
     facts = await inspect_folder(path)
     if isinstance(facts, JobRefusal):
-        return _REFUSAL_TEXT[facts.reason].format(shown=shown)
+        return _REFUSAL_TEXT[facts.reason].format(shown=shown, user=_job_user(), path=shlex.quote(path))
     code, out = await git(path, "rev-parse", "--show-toplevel")
     top = out.decode(errors="replace").strip()
     if code != 0 or await asyncio.to_thread(os.path.realpath, top) != path:
