@@ -75,7 +75,11 @@ cat /workspace/README.md 2>/dev/null || echo "(no README.md)"
 echo "--- /workspace/.git/HEAD (the commit)"
 cat /workspace/.git/HEAD 2>/dev/null || echo "(not a git clone)"
 echo "--- /workspace is where an agent's edits land"
-if [ -w /workspace ]; then echo "writable by this job's uid $(id -u)"; else echo "NOT writable by uid $(id -u)"; fi
+if [ -w /workspace ]; then
+  echo "writable by this job's uid $(id -u)"
+else
+  echo "NOT writable by uid $(id -u)"
+fi
 echo '{"event":"exit","turns":0,"tokens":{"input":0,"output":0,"total":0,"cost":0}}'
 exit 0
 """
