@@ -4,6 +4,7 @@ run as printed in a clean shell, the CLI verbs in the folder find the running de
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -63,8 +64,18 @@ class Dev:
         return found
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """Ctrl-C, as an operator stops it; its services run in sessions of their own, so a dev that
+        does not stop in time has every descendant killed by pid, never left behind."""
+        if self.proc.poll() is not None:
+            return
+        descendants = self.children()
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            for pid in (self.proc.pid, *descendants):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.proc.wait()
 
 
