@@ -59,7 +59,7 @@ def main() -> int:
     env = {
         **os.environ,
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "WEBHOOK_SECRET": "footprint",
+        "WEBHOOK_SECRET": "footprint-secret-1",
         "RECEIVER_PORT": str(port),
         "RECEIVER_BIND": "127.0.0.1",
         "PI_TRIGGERS_FILE": str(tmp / "triggers.json"),

@@ -3,6 +3,7 @@ stream once, and a local job's container writes into the operator's folder as th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -190,3 +191,55 @@ async def test_local_job_writes_into_the_folder_as_the_folders_owner_never_root(
     written = folder / "agent-was-here"
     assert written.read_text().strip() == "4242"
     assert (written.stat().st_uid, written.stat().st_gid) == (4242, 4242)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root-owned folder of the test's own needs root")
+@pytest.mark.parametrize(("job_user", "uid"), [(None, "1000:1000"), ("4242:4243", "4242:4243")])
+def test_a_root_owned_folder_says_the_exact_chown_with_the_job_user(
+    closed_redis_env: dict[str, str], tmp_path: Path, job_user: str | None, uid: str
+) -> None:
+    folder = make_repo(tmp_path / "my app")
+    os.chown(folder, 0, 0)
+    env = {**closed_redis_env, **({"PI_JOB_USER": job_user} if job_user else {})}
+    done = cli(env, str(folder), "--task", "fix it")
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert f"folder {folder} is owned by root" in line
+    assert f"chown -R {uid} '{folder}'" in line and "PI_JOB_USER" in line
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not IS_ROOT, reason="handing the folder to uid 4242 needs root")
+async def test_the_demo_agent_leaves_a_local_folder_clean_for_the_next_run(
+    env: dict[str, str], docker, tmp_path: Path
+) -> None:
+    from pidispatch.worker.image import DEMO_AGENT_SCRIPT, build_image
+
+    image = "pd-test-demo-agent:latest"
+    await build_image(image, DEMO_AGENT_SCRIPT)
+    folder = make_repo(tmp_path / "app")
+    settings = load_settings({**env, "PI_JOB_IMAGE": image})
+    ensure_jobs_dir(settings.jobs_dir)
+    facts = await inspect_folder(str(folder))
+    assert isinstance(facts, FolderFacts)
+    job = Job(id=local_job_id(str(folder), flow=None, task="demo", model=None, image=None, now_ms=now_ms()),
+              kind="local", repo="local:app", folder=str(folder), task="demo")
+    job_dir = await prepare_workspace(job, settings, sha=facts.sha)
+    try:
+        spec = build_spec(job, job_dir, settings, env={"PI_JOB_ID": container_name(job.id)},
+                          user=local_user(facts), workspace=str(folder))
+        result = await run_container(docker, spec, timeout_s=60, abort=Abort())
+        assert result.container_id is not None
+        said = "".join(await docker.containers.container(result.container_id).log(stdout=True))
+    finally:
+        await remove_workspace(job_dir, settings.jobs_dir)
+        await remove_job_containers(docker, job.id, settings.worker_name)
+    assert result.exit_code == 0
+    assert "writable by this job's uid 4242" in said
+    status = await asyncio.to_thread(
+        subprocess.run, ["git", "-c", "safe.directory=*", "-C", str(folder), "status", "--porcelain"],
+        capture_output=True, text=True, check=True,
+    )
+    assert status.stdout == ""  # the next `pi-dispatch run` on the folder is not refused as dirty
+    again = cli({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, str(folder), "--task", "again")
+    assert "uncommitted" not in again.stderr

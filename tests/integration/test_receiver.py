@@ -207,12 +207,12 @@ async def test_every_octokit_example_is_202_or_204_as_its_event_type_says(
 async def test_previous_secret_is_accepted_logged_and_counted(
     redis: Redis, base_env: dict[str, str], keys: Keys
 ) -> None:
-    env = {**base_env, "WEBHOOK_SECRET": "rotated-secret", "WEBHOOK_SECRET_PREVIOUS": TEST_SECRET}
+    env = {**base_env, "WEBHOOK_SECRET": "rotated-secret-01", "WEBHOOK_SECRET_PREVIOUS": TEST_SECRET}
     client = await _app_client(redis, env)
     try:
         with structlog.testing.capture_logs() as logs:
             old = await _post(client, delivery="signed-with-old")  # _post signs with TEST_SECRET
-            new_signature = github_signature("rotated-secret", ISSUES_LABELED)
+            new_signature = github_signature("rotated-secret-01", ISSUES_LABELED)
             new = await _post(client, delivery="signed-with-new", **{"X-Hub-Signature-256": new_signature})
             other = github_signature("neither", ISSUES_LABELED)
             wrong = await _post(client, delivery="signed-with-other", **{"X-Hub-Signature-256": other})
@@ -231,7 +231,7 @@ async def test_previous_secret_is_accepted_logged_and_counted(
     ]
     assert metric(text, "pd_receiver_verified_with_previous_secret_total", forge="github") == 1
     assert await redis.xlen(keys.events) == 2
-    assert "rotated-secret" not in repr(logs) and TEST_SECRET not in repr(logs)
+    assert "rotated-secret-01" not in repr(logs) and TEST_SECRET not in repr(logs)
 
 
 async def test_metrics_count_deliveries_by_forge_outcome_and_reason(client: Client) -> None:

@@ -383,18 +383,18 @@ async def test_gitlab_token_mode_rows(make_client: MakeClient, redis: Redis, key
 
 
 async def test_gitlab_previous_token_is_accepted_and_counted(make_client: MakeClient) -> None:
-    env = {**gitlab_token_env(), "GITLAB_WEBHOOK_SECRET": "new-token"}
+    env = {**gitlab_token_env(), "GITLAB_WEBHOOK_SECRET": "new-gitlab-token-01"}
     client = await make_client(**env, GITLAB_WEBHOOK_SECRET_PREVIOUS=GITLAB_TOKEN_SECRET)
     with structlog.testing.capture_logs() as logs:
         assert (await _post(client, "/gitlab", GITLAB_ISSUE, gitlab_token_headers("r-1")))[0] == 202
-        new = gitlab_token_headers("r-2", token="new-token")
+        new = gitlab_token_headers("r-2", token="new-gitlab-token-01")
         assert (await _post(client, "/gitlab", GITLAB_ISSUE, new))[0] == 202
     # Only the delivery verified by the previous secret is an info line (the current one is debug).
     lines = [line for line in logs if line["event"] == "delivery"]
     assert [(line["delivery"], line.get("verified_with")) for line in lines] == [("r-1", "previous")]
     text = await (await client.get("/metrics")).text()
     assert metric(text, "pd_receiver_verified_with_previous_secret_total", forge="gitlab") == 1
-    assert "new-token" not in repr(logs) and GITLAB_TOKEN_SECRET not in repr(logs)
+    assert "new-gitlab-token-01" not in repr(logs) and GITLAB_TOKEN_SECRET not in repr(logs)
 
 
 # --- Forgejo's rows -----------------------------------------------------------------------------------

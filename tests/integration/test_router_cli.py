@@ -157,3 +157,57 @@ async def test_the_router_starts_on_an_empty_list_and_warns_once(
         assert (line["level"], line["file"]) == ("warning", "triggers.json")
     finally:
         assert router.stop() == 0
+
+
+async def test_events_shows_a_replay_as_a_replay_and_a_cancelled_job_as_cancelled(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
+    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router.start()
+    try:
+        delivery = await append(redis, keys)
+        await wait_for(lambda: router.logged("enqueued"), timeout=15, what="the first decision")
+        replayed = cli(base_env, "replay", "--json", delivery)
+        assert replayed.returncode == 0, replayed.stderr
+        answer = json.loads(replayed.stdout)  # one JSON object, nothing else on stdout
+        assert (answer["replayed"], answer["delivery"], answer["forge"]) == (True, delivery, "github")
+        await wait_for(lambda: len(router.logged("enqueued")) == 2, timeout=15, what="the replay's decision")
+    finally:
+        assert router.stop() == 0
+
+    replay, original = json.loads(cli(base_env, "events", "--json").stdout)
+    assert (replay["replay"], replay["outcome"], replay["jobs"]) == (True, "queued", [f"gh-{delivery}"])
+    assert replay["entry"] == answer["entry"]
+    assert (original["replay"], original["outcome"]) == (False, "replayed")
+    assert original["reason"] == f"decided again as entry {replay['entry']}" and original["jobs"] == []
+
+    assert cli(base_env, "cancel", f"gh-{delivery}").returncode == 0
+    replay, original = json.loads(cli(base_env, "events", "--json").stdout)
+    assert replay["cancelled"] and not original["cancelled"]
+    table = cli(base_env, "events").stdout.splitlines()
+    assert [line.split()[4:6] for line in table[1:]] == [["replay:", "cancelled"], ["replayed", "decided"]]
+    assert sum(" queued " in line for line in table) == 0
+
+
+def test_events_reads_the_reason_cancel_writes() -> None:
+    from pidispatch.router.events import CANCEL_REASON
+    from pidispatch.worker.control import CANCEL_REASON as WRITTEN
+
+    assert CANCEL_REASON == WRITTEN
+
+
+async def test_a_real_router_logs_self_identity_once_per_forge(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    from pidispatch import forges
+
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [OTHER_RULE]}))
+    router = ServiceProcess("router", {**base_env, "GITHUB_SELF_ID": "7"}, tmp_path / "router.log")
+    router.start()
+    try:
+        await wait_for(lambda: router.logged("router_started"), timeout=15, what="the router to start")
+    finally:
+        assert router.stop() == 0
+    logged = sorted(line["forge"] for line in router.logged("self_identity"))
+    assert logged == sorted(forges.names())

@@ -71,3 +71,25 @@ async def test_a_host_pause_holds_only_that_host(
 def test_pause_refuses_a_bad_host_name_with_exit_2(env: dict[str, str]) -> None:
     out = cli(env, "pause", "--host", "../etc")
     assert out.returncode == 2 and "--host" in out.stderr
+
+
+async def test_pausing_a_host_never_seen_warns_and_still_pauses(
+    env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    from pidispatch.common.runtime import now_ms
+    from pidispatch.worker.history import build_record
+    from pidispatch.worker.mirror import mirror_record
+
+    past = build_record(issue_job("past"), attempt=1, outcome="completed", reason=None, exit_code=0,
+                        exit_info=None, started_at_ms=now_ms() - 5000, ended_at_ms=now_ms(), host="past-1")
+    await redis.hset(keys.host("live-1"), mapping={"name": "live-1", "beatAt": str(now_ms())})
+    await redis.sadd(keys.hosts, "live-1")
+    assert await mirror_record(redis, keys, past, retention_days=30, now_ms=now_ms())
+    ghost = cli(env, "pause", "--host", "liv-1")
+    assert ghost.returncode == 0 and await redis.exists(keys.paused_host("liv-1"))
+    [line] = ghost.stderr.splitlines()
+    assert "no worker named liv-1 has been seen (live now: live-1)" in line
+    for seen in ("live-1", "past-1"):
+        known = cli(env, "pause", "--host", seen)
+        assert known.returncode == 0 and known.stderr == "", known.stderr
+    assert cli(env, "resume", "--host", "liv-1").stderr == ""

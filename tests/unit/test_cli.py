@@ -3,6 +3,7 @@ exiting into a restart loop; every other case still exits 2 at once. Real proces
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -91,3 +92,31 @@ def test_the_variable_reads_0_or_1(value: str | None, halt: bool) -> None:
 def test_anything_else_is_refused_naming_the_variable(value: str) -> None:
     with pytest.raises(ConfigError, match=r"^PD_HALT_ON_CONFIG_ERROR=.* accepted: 0 or 1$"):
         halt_on_config_error({"PD_HALT_ON_CONFIG_ERROR": value})
+
+
+Verb = tuple[str, str | None, argparse.ArgumentParser]
+
+
+def _verbs(parser: argparse.ArgumentParser, path: str = "") -> list[Verb]:
+    """Every sub-command under ``parser``, nested ones too: (its path, its help, its parser)."""
+    found: list[Verb] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                found.append((f"{path}{name}", helps.get(name), sub))
+                found.extend(_verbs(sub, f"{path}{name} "))
+    return found
+
+
+def test_every_verb_has_help_a_description_and_help_on_every_flag() -> None:
+    from pidispatch.common.cli import build_parser
+
+    verbs = _verbs(build_parser())
+    assert len(verbs) > 20
+    for name, help_text, sub in verbs:
+        assert help_text, f"{name}: no help"
+        assert (sub.description or "").strip(), f"{name}: no description in --help"
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                assert action.help, f"{name} {action.option_strings or action.dest}: no help"

@@ -30,7 +30,7 @@ def test_webhook_secret_enables_github_with_that_secret() -> None:
 
 
 def test_auth_source_with_secret_serves_github() -> None:
-    assert receiver_config({"WEBHOOK_SECRET": "s", "GITHUB_AUTH_SOURCE": "app"}).forges() == ["github"]
+    assert receiver_config({"WEBHOOK_SECRET": "s" * 16, "GITHUB_AUTH_SOURCE": "app"}).forges() == ["github"]
 
 
 @pytest.mark.parametrize("secret", [None, "", "   "])
@@ -49,9 +49,10 @@ def test_previous_secret_without_current_refuses() -> None:
 
 
 def test_github_previous_secret_verifies_with_index_one() -> None:
-    gh = arm_for({"WEBHOOK_SECRET": "new", "WEBHOOK_SECRET_PREVIOUS": "old"}, "github")
-    assert run_arm(gh, github_headers(BODY, "issues", "d", secret="new"))[1] == 0
-    assert run_arm(gh, github_headers(BODY, "issues", "d", secret="old"))[1] == 1
+    new, old = "new-secret-0000001", "old-secret-0000001"
+    gh = arm_for({"WEBHOOK_SECRET": new, "WEBHOOK_SECRET_PREVIOUS": old}, "github")
+    assert run_arm(gh, github_headers(BODY, "issues", "d", secret=new))[1] == 0
+    assert run_arm(gh, github_headers(BODY, "issues", "d", secret=old))[1] == 1
     assert run_arm(gh, github_headers(BODY, "issues", "d", secret="older"))[1] is refusals.INVALID_SIGNATURE
 
 
@@ -65,6 +66,15 @@ def test_only_actionable_events_are_stored() -> None:
 
 
 def test_github_ping_is_verified_then_not_stored() -> None:
-    gh = arm_for({"WEBHOOK_SECRET": "s"}, "github")
-    _, matched, verdict = run_arm(gh, github_headers(BODY, "ping", "d-1", secret="s"))
+    gh = arm_for({"WEBHOOK_SECRET": "s" * 16}, "github")
+    _, matched, verdict = run_arm(gh, github_headers(BODY, "ping", "d-1", secret="s" * 16))
     assert (matched, verdict) == (0, Classification("ping", "d-1", False))
+
+
+@pytest.mark.parametrize("name", ["WEBHOOK_SECRET", "WEBHOOK_SECRET_PREVIOUS"])
+def test_a_webhook_secret_under_16_characters_is_refused_by_name(name: str) -> None:
+    env = {"WEBHOOK_SECRET": "a" * 16, name: "fifteen-chars-x"}
+    message = refused(env)
+    assert message.startswith(f"{name} is 15 characters; accepted: a secret of at least 16 characters")
+    assert "fifteen" not in message
+    assert receiver_config({"WEBHOOK_SECRET": "a" * 16}).forges() == ["github"]

@@ -38,7 +38,7 @@ def test_gitlab_without_mode_names_the_mode(trigger: str) -> None:
 
 
 def test_gitlab_url_alone_is_no_arm() -> None:
-    env = {"GITLAB_URL": "https://gitlab.example", "WEBHOOK_SECRET": "s"}
+    env = {"GITLAB_URL": "https://gitlab.example", "WEBHOOK_SECRET": "s" * 16}
     assert receiver_config(env).forges() == ["github"]
 
 

@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from pidispatch.common import __version__
 from pidispatch.common.errors import ConfigError, InfraError
@@ -23,9 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pi-dispatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from pidispatch.common import dev, jobimage, serviceimage  # local import keeps `--help` light
+    from pidispatch.common import dev, jobimage, scaffold, serviceimage  # local import keeps `--help` light
 
     dev.register(sub)
+    scaffold.register(sub)
     jobimage.register(sub)
     serviceimage.register(sub)
     for ep in sorted(entry_points(group="pidispatch.commands"), key=lambda e: e.name):
@@ -84,12 +86,23 @@ def run(func: object, args: argparse.Namespace) -> int:
         return 130
 
 
+# The verbs that read a deployment: run in a `pi-dispatch dev` folder, they find that dev (devstate).
+DEV_STATE_VERBS = frozenset({
+    "events", "explain", "replay", "hosts", "pause", "resume", "cancel", "status", "run", "runs", "schedules",
+    "waits",
+})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command in DEV_STATE_VERBS:
+        from pidispatch.common import devstate
+
+        devstate.apply(os.environ, Path.cwd())
     return run(args.func, args)
 
 

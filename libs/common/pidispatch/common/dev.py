@@ -14,33 +14,32 @@ import contextlib
 import json
 import os
 import secrets
-import shlex
 import signal
+import socket
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pidispatch.common.embedded import find_redis_cli, find_redis_server, free_port, redis_server_argv
+from pidispatch.common import devstate
+from pidispatch.common.devbanner import DEFAULT_IMAGE, DEMO_LABEL, print_banner, webhook_url
+from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.runtime import stop_on_signals
-from pidispatch.common.settings import load_settings
-
-# The forge `dev` stands in for when none is configured (its ``standin``): the sample rule's jobs run
-# there and the printed delivery is its webhook.
+from pidispatch.common.settings import Settings, load_settings
 from pidispatch.forges.github import FORGE as DEMO_FORGE
 
 if TYPE_CHECKING:
     from pidispatch.common.modelstandin import ModelStandIn
+    from pidispatch.forges.github.standin import DemoForge
 
 SERVICES = ("receiver", "router", "worker")
-DEMO_LABEL = "pi:demo"
 DEMO_IMAGE = "pi-dispatch-demo:latest"
 # The image label the worker's preflight reads (pidispatch.worker.image.CAPABILITIES_LABEL).
 DEMO_CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
-DEFAULT_IMAGE = "pi-job:latest"
 STOP_BUDGET_S = 5.0
 
 SAMPLE_TRIGGERS = {
@@ -51,10 +50,19 @@ SAMPLE_TRIGGERS = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("dev", help="run receiver, router and a worker on this machine (embedded default)")
+    p = sub.add_parser(
+        "dev", help="run receiver, router and a worker on this machine (embedded default)",
+        description="Start a private Redis (unless REDIS_URL is set), a stand-in forge and model when none "
+        "is configured, the receiver, the router and one worker; print the webhook URL, a signed demo "
+        "delivery and the commands to watch it. State lives in --dir; Ctrl-C stops everything.",
+    )
     p.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
     p.set_defaults(func=dev)
-    c = sub.add_parser("demo-curl", help="print a fresh signed demo delivery for a running `pi-dispatch dev`")
+    c = sub.add_parser(
+        "demo-curl", help="print a fresh signed demo delivery for a running `pi-dispatch dev`",
+        description="Print a curl that posts a new demo delivery (new delivery id, new issue number, so "
+        "no dedup swallows it), signed with WEBHOOK_SECRET or dev's saved secret, to RECEIVER_PORT.",
+    )
     c.add_argument("--dir", default=".pi-dispatch", help="state folder (default ./.pi-dispatch)")
     c.set_defaults(func=demo_curl)
 
@@ -78,54 +86,77 @@ def demo_curl(args: argparse.Namespace) -> int:
     return 0
 
 
-def webhook_url(port: int) -> str:
-    return f"http://127.0.0.1:{port}{DEMO_FORGE.path}"
+@dataclass
+class _Stack:
+    """What a dev run has started so far: the stop path cleans up whatever is here, at any point."""
+
+    env: dict[str, str]
+    redis_proc: asyncio.subprocess.Process | None = None
+    children: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+    forge: DemoForge | None = None
+    model: ModelStandIn | None = None
 
 
 async def dev(args: argparse.Namespace) -> int:
     state = await asyncio.to_thread(Path(args.dir).resolve)
-    env = dict(os.environ)
     stop = stop_on_signals()
-    redis_proc: asyncio.subprocess.Process | None = None
-    children: dict[str, asyncio.subprocess.Process] = {}
+    stack = _Stack(env=dict(os.environ))
+    try:
+        # Ctrl-C during the start (a demo image build, say) cancels it rather than waiting for it.
+        starting = asyncio.ensure_future(_start(stack, state, stop))
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([starting, stopper], return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            return 0
+        settings = starting.result()
+        if settings is None:
+            return 0 if stop.is_set() else 1
+        await asyncio.to_thread(devstate.write_state, state, stack.env, os.getpid())
+        print_banner(stack.env, settings.key_prefix, settings.receiver_port, settings.logs_dir, state,
+                     model_standin=stack.model is not None)
+        return await _supervise(stack.children, stop)
+    finally:
+        await asyncio.to_thread(devstate.remove_state, state, os.getpid())
+        await _stop_children(stack.children)
+        await _sweep_containers(stack.env)
+        if stack.forge is not None:
+            await stack.forge.close()
+        if stack.model is not None:
+            await stack.model.close()
+        if stack.redis_proc is not None:
+            await _stop_process(stack.redis_proc, 3.0)
+
+
+async def _start(stack: _Stack, state: Path, stop: asyncio.Event) -> Settings | None:
+    """Start everything into ``stack``; the settings once the receiver answers, None if it did not."""
     from pidispatch.forges.github import standin  # only the demo commands need aiohttp's server
 
-    forge: standin.DemoForge | None = None
-    model: ModelStandIn | None = None
-    try:
-        await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
-        if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
-            redis_proc, env["REDIS_URL"] = await _start_redis(state / "redis")
-            # The private server has no password: one meant for the operator's own Redis would be refused.
-            for name in REDIS_PASSWORD_VARS:
-                env.pop(name, None)
-        env = await asyncio.to_thread(_prepare_env, state, env)
-        if not standin.credentials_set(env):
-            # The demo forge is not configured: the demo rule's jobs clone demo/hello from a stand-in.
-            forge, forge_env = await standin.start_demo_forge(state)
-            env.update(forge_env)
-        settings = load_settings(env)  # validates everything before any child starts
-        env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
-        if env["PI_JOB_IMAGE"] == DEFAULT_IMAGE:
-            model = await _model_standin(env)
-        for name in SERVICES:
-            children[name] = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", f"pidispatch.{name}", env=env, start_new_session=True
-            )
-        if not await _wait_healthy(settings.receiver_port, children, stop):
-            return 0 if stop.is_set() else 1
-        _print_banner(env, settings.key_prefix, settings.receiver_port, settings.logs_dir, state,
-                      model_standin=model is not None)
-        return await _supervise(children, stop)
-    finally:
-        await _stop_children(children)
-        await _sweep_containers(env)
-        if forge is not None:
-            await forge.close()
-        if model is not None:
-            await model.close()
-        if redis_proc is not None:
-            await _stop_process(redis_proc, 3.0)
+    await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
+    env = stack.env
+    if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
+        env["REDIS_URL"] = await _start_redis(state / "redis", stack)
+        # The private server has no password: one meant for the operator's own Redis would be refused.
+        for name in REDIS_PASSWORD_VARS:
+            env.pop(name, None)
+    env.update(await asyncio.to_thread(_prepare_env, state, env))
+    if not standin.credentials_set(env):
+        # The demo forge is not configured: the demo rule's jobs clone demo/hello from a stand-in.
+        stack.forge, forge_env = await standin.start_demo_forge(state)
+        env.update(forge_env)
+    settings = load_settings(env)  # validates everything before any child starts
+    _require_free_port(settings.receiver_bind, settings.receiver_port)
+    env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
+    if env["PI_JOB_IMAGE"] == DEFAULT_IMAGE:
+        stack.model = await _model_standin(env)
+    for name in SERVICES:
+        stack.children[name] = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", f"pidispatch.{name}", env=env, start_new_session=True
+        )
+    return settings if await _wait_healthy(settings.receiver_port, stack.children, stop) else None
 
 
 async def _model_standin(env: dict[str, str]) -> ModelStandIn | None:
@@ -190,11 +221,11 @@ async def _supervise(children: dict[str, asyncio.subprocess.Process], stop: asyn
     return 1
 
 
-async def _start_redis(data_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
+async def _start_redis(data_dir: Path, stack: _Stack) -> str:
     await asyncio.to_thread(data_dir.mkdir, mode=0o700, parents=True, exist_ok=True)
     port = free_port()
     argv = redis_server_argv(find_redis_server(), port, data_dir, persist=True)
-    proc = await asyncio.create_subprocess_exec(
+    proc = stack.redis_proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.monotonic() + 10
@@ -205,7 +236,7 @@ async def _start_redis(data_dir: Path) -> tuple[asyncio.subprocess.Process, str]
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.close()
             await writer.wait_closed()
-            return proc, f"redis://127.0.0.1:{port}/0"
+            return f"redis://127.0.0.1:{port}/0"
         except OSError:
             await asyncio.sleep(0.05)
     raise InfraError(f"the embedded redis-server did not start; see {data_dir / 'redis.log'}")
@@ -259,7 +290,12 @@ async def _job_image(env: dict[str, str], image: str) -> str:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "pidispatch.common.cli", "demo-image", "--tag", DEMO_IMAGE, env=env
             )
-            if await proc.wait() != 0:
+            try:
+                built = await proc.wait()
+            except asyncio.CancelledError:  # Ctrl-C: the build must not outlive dev
+                proc.kill()
+                raise
+            if built != 0:
                 print("pi-dispatch dev: building the demo image failed; jobs will be refused until "
                       f"{DEFAULT_IMAGE} exists")
                 return image
@@ -292,6 +328,21 @@ async def _inspect(docker: object, ref: str) -> dict[str, Any] | None:
         raise
 
 
+def _require_free_port(bind: str, port: int) -> None:
+    """Refuse a receiver port something else holds: a server there that never answers would otherwise
+    pass for a receiver that is slow to start."""
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the receiver binds
+        try:
+            probe.bind((bind, port))
+        except OSError:
+            raise ConfigError(
+                f"RECEIVER_PORT={port} is in use on {bind} by another process; accepted: a free port "
+                "(set RECEIVER_PORT, or stop what listens there)"
+            ) from None
+
+
 async def _wait_healthy(
     port: int, children: dict[str, asyncio.subprocess.Process], stop: asyncio.Event
 ) -> bool:
@@ -306,7 +357,10 @@ async def _wait_healthy(
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /healthz HTTP/1.0\r\n\r\n")
             await writer.drain()
-            line = await reader.readline()
+            try:  # something that accepts and never answers must not hold the start past its deadline
+                line = await asyncio.wait_for(reader.readline(), 1)
+            except TimeoutError:
+                line = b""
             writer.close()
             if b" 200 " in line:
                 return True
@@ -314,59 +368,6 @@ async def _wait_healthy(
     if not stop.is_set():
         print(f"pi-dispatch dev: the receiver did not answer on port {port}", file=sys.stderr)
     return False
-
-
-def _cli_path() -> str:
-    """The command as a new shell can run it: the venv's script by its path (a new shell has no venv)."""
-    beside = os.path.join(os.path.dirname(sys.executable), "pi-dispatch")
-    return shlex.quote(beside) if os.access(beside, os.X_OK) else "pi-dispatch"
-
-
-def _model_line(env: dict[str, str], standin: bool) -> str:
-    if env["PI_JOB_IMAGE"] != DEFAULT_IMAGE:
-        return "none: the demo image plays the agent (build the real one: pi-dispatch job-image build)"
-    if standin:
-        return (f"the stand-in at {env['PI_MODEL_BASE_URL']}: a scripted write, then an answer "
-                "(set a provider key, e.g. ANTHROPIC_API_KEY, for a real model)")
-    named = f"{env.get('PI_PROVIDER') or 'anthropic'}/{env.get('PI_MODEL') or 'its default model'}"
-    return f"{named} at {env['PI_MODEL_BASE_URL']}" if env.get("PI_MODEL_BASE_URL") else named
-
-
-def _print_banner(
-    env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path, *, model_standin: bool
-) -> None:
-    from pidispatch.forges.github import standin
-
-    url = webhook_url(port)
-    curl = standin.signed_curl(url, env["WEBHOOK_SECRET"], standin.demo_delivery(), str(uuid.uuid4()))
-    rc = f"{find_redis_cli() or 'redis-cli'} -u {env['REDIS_URL']}"
-    # What the CLI in another terminal needs to see this deployment: its Redis, rules and run records.
-    shared = ("REDIS_URL", "PI_TRIGGERS_FILE", "PI_LOGS_DIR")
-    cli_env = [f"{name}={env[name]}" for name in shared if env.get(name)]
-    cli = _cli_path()
-    # Its own folder named, so the command works from any directory of another terminal.
-    fresh = f"{cli} demo-curl --dir {shlex.quote(str(state))}"
-    print(
-        "\n"
-        "pi-dispatch dev is running. Ctrl-C stops everything.\n"
-        f"  webhook URL  {url}\n"
-        f"  triggers     {env['PI_TRIGGERS_FILE']}\n"
-        f"  run records  {logs_dir}\n"
-        f"  job image    {env['PI_JOB_IMAGE']}\n"
-        f"  model        {_model_line(env, model_standin)}\n"
-        f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
-        f"{curl}\n\n"
-        "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
-        f"with flow 'demo' once per 10 minutes. `{fresh}` prints a fresh delivery.\n"
-        "Watch it:\n"
-        f"  {rc} XRANGE {prefix}:events - +\n"
-        f"  {rc} XRANGE {prefix}:jobs - +\n"
-        f"  {rc} XINFO GROUPS {prefix}:jobs\n"
-        "Ask why a delivery did or did not fire, and see the runs (from another terminal):\n"
-        f"  {shlex.join(['export', *cli_env])}\n"
-        f"  {cli} events; {cli} explain <delivery>; {cli} runs; {cli} status; {cli} schedules\n",
-        flush=True,
-    )
 
 
 async def _stop_process(proc: asyncio.subprocess.Process, timeout: float) -> None:

@@ -119,9 +119,13 @@ async def build(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("job-image", help="build the job image (pi and its runner)")
+    p = sub.add_parser("job-image", help="build the job image (pi and its runner)",
+                       description="Build the image jobs run in (PI_JOB_IMAGE): the pi agent and its runner.")
     verbs = p.add_subparsers(dest="job_image_command", metavar="VERB", required=True)
-    b = verbs.add_parser("build", help="build the job image; skipped when nothing changed")
+    b = verbs.add_parser(
+        "build", help="build the job image; skipped when nothing changed",
+        description="Build the job image with docker; nothing is rebuilt when its inputs are unchanged.",
+    )
     b.add_argument(
         "--base", default=None,
         help="image with node >= 20.6 and npm to build on (default: the Debian base from build-base.sh)",

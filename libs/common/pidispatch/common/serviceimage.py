@@ -109,9 +109,13 @@ async def build(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("service-image", help="build the services' image that compose.yaml runs")
+    p = sub.add_parser("service-image", help="build the services' image that compose.yaml runs",
+                       description="Build the image compose.yaml runs receiver, router and worker from.")
     verbs = p.add_subparsers(dest="service_image_command", metavar="VERB", required=True)
-    b = verbs.add_parser("build", help="build the service image; skipped when nothing changed")
+    b = verbs.add_parser(
+        "build", help="build the service image; skipped when nothing changed",
+        description="Build the service image with docker; nothing is rebuilt when its inputs are unchanged.",
+    )
     b.add_argument(
         "--base", default=None,
         help="image with python >= 3.11 (venv), git, redis-server, haproxy and curl to build on "

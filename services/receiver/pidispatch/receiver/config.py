@@ -56,12 +56,35 @@ def with_previous(env: Mapping[str, str], name: str, current: str) -> tuple[str,
     return (current,) if previous is None or previous == current else (current, previous)
 
 
-def load_receiver_config(settings: Settings, env: Mapping[str, str]) -> ReceiverConfig:
-    """Every arm this receiver serves; refuses a half-configured arm, or none at all (exit 2).
+# Every variable that holds a webhook secret (each forge's, and each one's rotation partner).
+WEBHOOK_SECRET_VARS = tuple(
+    f"{name}{suffix}"
+    for name in ("WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET", "AZURE_WEBHOOK_SECRET")
+    for suffix in ("", "_PREVIOUS")
+)
+SECRET_MIN_CHARS = 16
 
-    Each forge's ``load`` reads its own variables, in ``FORGES`` order (the first bad one is reported).
+
+def check_secret_lengths(env: Mapping[str, str]) -> None:
+    """Refuse a webhook secret short enough to guess: it is the only gate on what may start a job."""
+    for name in WEBHOOK_SECRET_VARS:
+        value = read_var(env, name)
+        if value is not None and len(value) < SECRET_MIN_CHARS:
+            raise ConfigError(
+                f"{name} is {len(value)} characters; accepted: a secret of at least {SECRET_MIN_CHARS} "
+                "characters (openssl rand -hex 32 makes one)"
+            )
+
+
+def load_receiver_config(settings: Settings, env: Mapping[str, str]) -> ReceiverConfig:
+    """Every arm this receiver serves; refuses a half-configured arm, a short secret, or no arm at all
+    (exit 2).
+
+    Each forge's ``load`` reads its own variables, in ``FORGES`` order (the first bad one is reported);
+    secret lengths are checked once every arm is otherwise complete.
     """
     blocks = {forge.name: forge.receiver().load(settings, env) for forge in forges.FORGES}
+    check_secret_lengths(env)
     config = ReceiverConfig(arms={name: block for name, block in blocks.items() if block is not None})
     if not config.arms:
         *first, last = arm_hints()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import sys
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from pidispatch.common.delayed import run_promoter
 from pidispatch.common.errors import InfraError
 from pidispatch.common.health import Health
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
-from pidispatch.common.log import configure_logging, get_logger
+from pidispatch.common.log import configure_logging
 from pidispatch.common.models import Event
 from pidispatch.common.monitor import monitoring, service_registry
 from pidispatch.common.redis import (
@@ -92,11 +93,8 @@ async def _route(
     try:
         await check_redis_auth(redis, settings.redis_url)
         sources = token_sources(forges, http)
+        # Logs one ``self_identity`` line per forge, those without credentials included.
         self_ids = await resolve_self_ids(forges, sources, http)
-        for forge in (f.name for f in FORGES):
-            if forge not in forges.configured_forges():
-                # No credentials: the harness cannot author events there, so no identity is needed.
-                get_logger().info("self_identity", forge=forge, resolved=False, reason="no-credentials")
         authority = Authority(forges, sources, http, metrics=metrics)
 
         async def ask(question: Question, delivery: str) -> Verdict:
@@ -156,11 +154,11 @@ async def events_command(args: argparse.Namespace) -> int:
     if not rows:
         print("no stored deliveries")
         return 0
-    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<22} {'outcome':<13} {'reason/jobs':<40} delivery")
+    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<22} {'outcome':<21} {'reason/jobs':<40} delivery")
     for row in rows:
         detail = row.reason or ",".join(row.jobs) or "-"
         print(f"{_ts(row.received_at):<20} {row.forge:<8} {row.event[:22]:<22} "
-              f"{row.outcome or 'not decided':<13} {detail[:40]:<40} {row.delivery}")
+              f"{events.shown_outcome(row):<21} {detail[:40]:<40} {row.delivery}")
     return 0
 
 
@@ -210,6 +208,10 @@ async def replay_command(args: argparse.Namespace) -> int:
         new_entry = await events.replay(redis, Keys(settings.key_prefix), event, now_ms())
     finally:
         await redis.aclose()
+    if args.json:
+        print(json.dumps({"replayed": True, "forge": event.forge, "delivery": event.delivery,
+                          "storedAs": entry, "entry": new_entry}))
+        return 0
     print(f"replayed {event.forge} delivery {event.delivery} (stored as {entry}) as entry {new_entry}; "
           "the router re-decides it with the current triggers file, and job dedup still holds")
     return 0
@@ -272,25 +274,42 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     parser.set_defaults(func=serve, service=True)
 
-    ev = sub.add_parser("events", help="recent deliveries and what the router decided")
-    ev.add_argument("--limit", type=int, default=20)
+    ev = sub.add_parser(
+        "events", help="recent deliveries and what the router decided",
+        description="List the newest stored deliveries with the router's decision for each (queued, "
+        "dropped and why, deduplicated), a replay as a replay and a cancelled job as cancelled.",
+    )
+    ev.add_argument("--limit", type=int, default=20, help="how many, newest first (default %(default)s)")
     ev.add_argument("--json", action="store_true", help="one JSON array for scripts")
     ev.set_defaults(func=events_command)
 
-    ex = sub.add_parser("explain", help="what the router decided for a delivery, then what today's rules "
-                                        "would do (changes nothing)")
-    ex.add_argument("delivery")
-    ex.add_argument("--forge", choices=events.FORGES)
+    ex = sub.add_parser(
+        "explain", help="what the router decided for a delivery, then what today's rules would do "
+        "(changes nothing)",
+        description="Print the stored decision for a delivery, then re-run the match on the stored event "
+        "against the current PI_TRIGGERS_FILE, rule by rule. Changes nothing and asks no forge.",
+    )
+    ex.add_argument("delivery", help="the delivery id (the forge's delivery header; `events` lists them)")
+    ex.add_argument("--forge", choices=events.FORGES, help="the forge, when two share a delivery id")
     ex.add_argument("--assume-authorized", choices=("yes", "no"),
                     help="answer the forge-authority question instead of leaving it open")
-    ex.add_argument("--json", action="store_true")
+    ex.add_argument("--json", action="store_true", help="print one JSON object")
     ex.set_defaults(func=explain_command)
 
-    rp = sub.add_parser("replay", help="re-process a stored delivery (dedup still holds)")
-    rp.add_argument("delivery")
-    rp.add_argument("--forge", choices=events.FORGES)
+    rp = sub.add_parser(
+        "replay", help="re-process a stored delivery (dedup still holds)",
+        description="Append a stored delivery to the events stream again, so the router re-decides it "
+        "with the current PI_TRIGGERS_FILE (after fixing a rule, say). A job already made is not made twice.",
+    )
+    rp.add_argument("delivery", help="the delivery id (`events` lists them)")
+    rp.add_argument("--forge", choices=events.FORGES, help="the forge, when two share a delivery id")
+    rp.add_argument("--json", action="store_true", help="print one JSON object")
     rp.set_defaults(func=replay_command)
 
-    ho = sub.add_parser("hosts", help="every host with a live registry row: beat, routes, caps, load")
+    ho = sub.add_parser(
+        "hosts", help="every host with a live registry row: beat, routes, caps, load",
+        description="List every worker with a live registry row in Redis: its last beat, whether jobs "
+        "are routed to it, its capabilities and load; stale rows are marked.",
+    )
     ho.add_argument("--json", action="store_true", help='one JSON object {"hosts": [...]} for scripts')
     ho.set_defaults(func=hosts_command)

@@ -21,6 +21,8 @@ from pidispatch.router.decisions import Decided
 FORGES = forges.names()
 # Set on a replayed entry, so the log and the decision say it was an operator's replay.
 REPLAY_FIELD = "replayed_at"
+# The reason ``pi-dispatch cancel`` writes on a job (pidispatch.worker.control.CANCEL_REASON).
+CANCEL_REASON = "operator-cancel"
 
 
 class Delivery(msgspec.Struct, kw_only=True):
@@ -36,20 +38,62 @@ class Delivery(msgspec.Struct, kw_only=True):
     jobs: list[str] = msgspec.field(default_factory=list)
     trigger: int | None = None
     decided_at: int | None = None
+    # This entry was appended by ``pi-dispatch replay``.
+    replay: bool = False
+    # Every job the decision made was cancelled by an operator since.
+    cancelled: bool = False
+
+
+def _stream_order(entry: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in entry.split("-") if part.isdigit())
 
 
 def _decision_row(entry: str, fields: dict[str, str], decided: Decided | None) -> Delivery:
+    """Pure: one listing row. A delivery has one decision record, so once it is replayed the record is
+    the newest entry's: an older entry shows ``replayed`` (and which entry was decided), a replay not yet
+    taken by the router shows no decision, rather than either repeating the other's."""
     row = Delivery(
         entry=entry,
         forge=fields.get("forge", "?"),
         event=fields.get("event", "?"),
         delivery=fields.get("delivery", "?"),
         received_at=int(fields.get("received_at") or 0),
+        replay=REPLAY_FIELD in fields,
     )
-    if decided is not None:
-        row.outcome, row.reason = decided.outcome or None, decided.reason or None
-        row.jobs, row.trigger, row.decided_at = decided.jobs, decided.trigger, decided.decided_at
+    if decided is None:
+        return row
+    if decided.entry and decided.entry != entry:
+        if _stream_order(decided.entry) > _stream_order(entry):
+            row.outcome, row.reason = "replayed", f"decided again as entry {decided.entry}"
+        return row
+    row.outcome, row.reason = decided.outcome or None, decided.reason or None
+    row.jobs, row.trigger, row.decided_at = decided.jobs, decided.trigger, decided.decided_at
     return row
+
+
+def shown_outcome(row: Delivery) -> str:
+    """Pure: the ``events`` table's outcome column."""
+    outcome = "cancelled" if row.cancelled else row.outcome or "not decided"
+    return f"replay: {outcome}" if row.replay else outcome
+
+
+async def _mark_cancelled(r: Redis, keys: Keys, rows: list[Delivery]) -> None:
+    """Set ``cancelled`` on rows whose every job an operator cancelled (the job's live state says so)."""
+    asked = [(row, job) for row in rows if row.outcome == "queued" for job in row.jobs]
+    if not asked:
+        return
+    async with r.pipeline(transaction=False) as pipe:
+        for _, job in asked:
+            pipe.hmget(keys.job(job), ["state", "reason"])
+        found = await pipe.execute()
+    verdict: dict[int, bool] = {}
+    for (row, _), (state, reason) in zip(asked, found, strict=True):
+        cancelled = (state is not None and text(state) == "cancelled") or (
+            reason is not None and text(reason) == CANCEL_REASON
+        )
+        verdict[id(row)] = verdict.get(id(row), True) and cancelled
+    for row in rows:
+        row.cancelled = verdict.get(id(row), False)
 
 
 async def recent(r: Redis, keys: Keys, limit: int) -> list[Delivery]:
@@ -58,7 +102,9 @@ async def recent(r: Redis, keys: Keys, limit: int) -> list[Delivery]:
     found = await decisions.read_rows(
         r, keys, [(f.get("forge", "?"), f.get("delivery", "?"), e) for e, f in rows]
     )
-    return [_decision_row(e, f, d) for (e, f), d in zip(rows, found, strict=True)]
+    listed = [_decision_row(e, f, d) for (e, f), d in zip(rows, found, strict=True)]
+    await _mark_cancelled(r, keys, listed)
+    return listed
 
 
 async def find(r: Redis, keys: Keys, delivery: str, forge: str | None = None) -> tuple[str, Event] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from pidispatch.common.settings import Settings
@@ -11,19 +12,37 @@ from pidispatch.common.settings import Settings
 if TYPE_CHECKING:
     import aiodocker
 
+    from pidispatch.common.keys import Keys
+    from pidispatch.common.redis import Redis
+
+# How far back the run-history mirror is asked for hosts that ran jobs (it keeps about that long anyway).
+SEEN_WINDOW_MS = 30 * 24 * 3600 * 1000
+
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("worker", help="run jobs from the job stream in locked-down containers")
+    p = sub.add_parser(
+        "worker", help="run jobs from the job stream in locked-down containers",
+        description="Take jobs from the job streams and run each in a locked-down container of "
+        "PI_JOB_IMAGE, writing a run record to PI_LOGS_DIR (the service; docs/worker.md).",
+    )
     p.set_defaults(func=worker_command, service=True)
-    d = sub.add_parser("demo-image", help="build a tiny demo job image from this machine's busybox")
+    d = sub.add_parser(
+        "demo-image", help="build a tiny demo job image from this machine's busybox",
+        description="Build a tiny job image whose agent prints what a job is given (no model, no "
+        "registry): what `pi-dispatch dev` runs when no real job image exists.",
+    )
     d.add_argument("--tag", default=Settings().job_image, help="image tag (default %(default)s)")
     d.set_defaults(func=demo_image_command)
     for verb, text in (("pause", "stop taking new jobs (jobs still enqueue)"), ("resume", "take jobs again")):
-        c = sub.add_parser(verb, help=f"{text}: every worker, or one host with --host")
+        c = sub.add_parser(
+            verb, help=f"{text}: every worker, or one host with --host",
+            description=f"{text.capitalize()}: every worker, or one host with --host. The flag lives in "
+            "Redis with no expiry, so it outlasts restarts of the workers.",
+        )
         c.add_argument("--host", help="only this worker (its PI_WORKER_NAME)")
-        c.add_argument("--json", action="store_true")
+        c.add_argument("--json", action="store_true", help="print one JSON object")
         c.set_defaults(func=pause_command, paused=verb == "pause")
     from pidispatch.worker import control, doctor, local, runs, scheduleview, statuspage, waitview
 
@@ -125,6 +144,10 @@ async def pause_command(args: argparse.Namespace) -> int:
         else:
             await redis.delete(key)
         fleet_paused = bool(await redis.exists(keys.paused))
+        if args.host and args.paused:
+            warning = unseen_host_warning(args.host, *await _seen_hosts(redis, keys))
+            if warning:
+                print(warning, file=sys.stderr)
     except AuthenticationError:
         raise auth_refused(settings.redis_url) from None
     except Exception as exc:
@@ -143,3 +166,28 @@ async def pause_command(args: argparse.Namespace) -> int:
         note = " (the fleet-wide pause is still on: pi-dispatch resume)" if args.host and fleet_paused else ""
         print(f"resumed {'worker ' + args.host if args.host else 'the fleet'}{note}")
     return 0
+
+
+def unseen_host_warning(host: str, live: list[str], past: list[str]) -> str | None:
+    """Pure: the stderr line for a pause of a host no registry row or mirrored run names (a typo, most
+    likely: the pause is set all the same, and waits for a worker of that name)."""
+    if host in live or host in past:
+        return None
+    named = ", ".join(live) or "none"
+    return (f"pi-dispatch: warning: no worker named {host} has been seen (live now: {named}); the pause is "
+            f"set and holds a worker of that name when one starts (undo: pi-dispatch resume --host {host})")
+
+
+async def _seen_hosts(redis: Redis, keys: Keys) -> tuple[list[str], list[str]]:
+    """The hosts with a live registry row, and those that mirrored a run lately (best effort)."""
+    from pidispatch.common.registry import RegistryUnreachable, read_live_hosts
+    from pidispatch.common.runtime import now_ms
+    from pidispatch.worker.mirror import hosts_of, read_mirror
+
+    now = now_ms()
+    try:
+        live = [h.name for h in await read_live_hosts(redis, keys, now)]
+    except RegistryUnreachable:
+        live = []
+    records, _ = await read_mirror(redis, keys, since_ms=now - SEEN_WINDOW_MS, limit=1000)
+    return live, hosts_of(records)

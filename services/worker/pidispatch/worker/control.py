@@ -52,15 +52,23 @@ SCAN_PAGE = 500
 _SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "PD_KEY_PREFIX")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    c = sub.add_parser("cancel", help="cancel a job: remove it if it has not started, else stop its run")
-    c.add_argument("job_id", metavar="jobId")
+    c = sub.add_parser(
+        "cancel", help="cancel a job: remove it if it has not started, else stop its run",
+        description="Cancel a job by id: a queued or delayed job is removed (no record), a running one is "
+        "stopped by the worker holding it, which must acknowledge. Exit 0 only when it was cancelled.",
+    )
+    c.add_argument("job_id", metavar="jobId", help="the job id (as `runs` or `events` list it)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.add_argument(
         "--wait", type=float, default=CANCEL_WAIT_S, metavar="SECONDS",
         help="how long to wait for a running job's worker to acknowledge (default %(default)s)",
     )  # fmt: skip
     c.set_defaults(func=cancel_command)
-    s = sub.add_parser("status", help="fleet pause state and job counts (queued, running, delayed, dead)")
+    s = sub.add_parser(
+        "status", help="fleet pause state and job counts (queued, running, delayed, dead)",
+        description="Whether the fleet is paused, how many jobs are queued, running, delayed and dead, "
+        "and which hosts are registered, read from Redis (REDIS_URL).",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=status_command)
 

@@ -58,7 +58,9 @@ sleep "$pause"
 exit "$code"
 """
 
-# The first-run demo: shows what a job is given, leaves a file behind, concludes.
+# The first-run demo: shows what a job is given and that /workspace is writable, concludes. It writes
+# nothing: on a local folder (`pi-dispatch run`) a file left behind would make the next run refuse the
+# folder as having uncommitted changes.
 DEMO_AGENT_SCRIPT = """#!/bin/sh
 echo "pi-dispatch demo agent: this is what a job is given."
 echo "--- /job/prompt.md"
@@ -72,8 +74,12 @@ echo "--- /workspace/README.md"
 cat /workspace/README.md 2>/dev/null || echo "(no README.md)"
 echo "--- /workspace/.git/HEAD (the commit)"
 cat /workspace/.git/HEAD 2>/dev/null || echo "(not a git clone)"
-echo "--- writing /workspace/demo-was-here"
-echo "the demo agent ran here as uid $(id -u)" > /workspace/demo-was-here
+echo "--- /workspace is where an agent's edits land"
+if [ -w /workspace ]; then
+  echo "writable by this job's uid $(id -u)"
+else
+  echo "NOT writable by uid $(id -u)"
+fi
 echo '{"event":"exit","turns":0,"tokens":{"input":0,"output":0,"total":0,"cost":0}}'
 exit 0
 """

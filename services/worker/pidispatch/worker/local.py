@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 from dataclasses import dataclass
@@ -134,9 +135,22 @@ _REFUSAL_TEXT = {
                 "pass the repository's top folder, or run git init and commit there",
     UNREADABLE_REPO: "git cannot read the repository in folder {shown}; run git status there to see why",
     NO_COMMIT: "the git repository in folder {shown} has no commit yet; commit first (a job starts at HEAD)",
-    USER_UNMAPPABLE: "folder {shown} is owned by root (uid or gid 0) and a job never runs as root; "
-                     "chown it to your own user",
+    USER_UNMAPPABLE: "folder {shown} is owned by root (uid or gid 0), and a local job runs as its folder's "
+                     "owner, never as root; give it to the job user: chown -R {user} {path} (PI_JOB_USER, "
+                     "default 1000:1000), then run again",
 }
+
+
+def _job_user() -> str:
+    """``uid:gid`` for a root-owned folder: PI_JOB_USER as the worker reads it, else its default."""
+    from pidispatch.common.configsyntax import parse_job_user
+    from pidispatch.common.errors import ConfigError
+    from pidispatch.common.settings import Settings
+
+    try:
+        return parse_job_user(os.environ.get("PI_JOB_USER", "").strip() or Settings().job_user)
+    except ConfigError:
+        return Settings().job_user
 _FAULT_TEXT = {
     FOLDER_UNREACHABLE: "folder {shown} cannot be read by this account; check its permissions",
     GIT_UNAVAILABLE: "git cannot be started; install git or put it on PATH",
@@ -145,7 +159,11 @@ _FAULT_TEXT = {
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="queue a job on a local git folder (the folder is the job's /workspace)")
+    p = sub.add_parser(
+        "run", help="queue a job on a local git folder (the folder is the job's /workspace)",
+        description="Queue a job that edits a local git folder in place (mounted as the job's /workspace) "
+        "on this host's worker, or run a cron trigger now with --trigger.",
+    )
     p.add_argument("folder", nargs="?", help="the top folder of a git repository with at least one commit")
     p.add_argument("--trigger", metavar="ID", help="run the cron trigger with this on.id now, on this host")
     p.add_argument("--task", help="what the agent should do (required)")
@@ -155,7 +173,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-turns", metavar="N", help="turn budget (default PI_MAX_TURNS)")
     p.add_argument("--image", help="job image (default PI_JOB_IMAGE)")
     p.add_argument("--force", action="store_true", help="queue even when the folder has uncommitted changes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_command)
 
 
@@ -199,7 +217,7 @@ async def check_folder(path: str, shown: str, *, force: bool) -> FolderFacts | s
         return f"folder {shown} does not exist (or is not a folder); pass the path of a git repository"
     facts = await inspect_folder(path)
     if isinstance(facts, JobRefusal):
-        return _REFUSAL_TEXT[facts.reason].format(shown=shown)
+        return _REFUSAL_TEXT[facts.reason].format(shown=shown, user=_job_user(), path=shlex.quote(path))
     code, out = await git(path, "rev-parse", "--show-toplevel")
     top = out.decode(errors="replace").strip()
     if code != 0 or await asyncio.to_thread(os.path.realpath, top) != path:

@@ -52,7 +52,11 @@ class RunsView(msgspec.Struct):
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("runs", help="list recent runs: this host's files plus every host's mirrored records")
+    p = sub.add_parser(
+        "runs", help="list recent runs: this host's files plus every host's mirrored records",
+        description="List recent run records, newest first: the files in PI_LOGS_DIR merged with every "
+        "host's records mirrored in Redis; without Redis it lists the files and says why.",
+    )
     p.add_argument("--limit", type=_limit, default=20, help="how many, newest first (default %(default)s)")
     p.add_argument(
         "--json", action="store_true",

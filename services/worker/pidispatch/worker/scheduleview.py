@@ -25,7 +25,11 @@ ROW_KEYS = ("id", "pattern", "tz", "hosts", "next", "last", "stalls", "state")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("schedules", help="list the cron triggers, who serves them, next and last runs")
+    p = sub.add_parser(
+        "schedules", help="list the cron triggers, who serves them, next and last runs",
+        description="List the cron triggers of PI_TRIGGERS_FILE with the host serving each, the next and "
+        "last firing; --rearm lifts the stall guard's tear-down of one.",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON array")
     p.add_argument("--rearm", metavar="ID", help="lift the stall guard's tear-down of this schedule")
     p.set_defaults(func=schedules_command)

@@ -19,7 +19,11 @@ EMPTY = "no job is waiting on a condition"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("waits", help="list the jobs held until their waitFor conditions hold")
+    p = sub.add_parser(
+        "waits", help="list the jobs held until their waitFor conditions hold",
+        description="List the jobs a run.waitFor holds back, with each condition and when it is next "
+        "checked (cancel one with `pi-dispatch cancel`).",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON array")
     p.set_defaults(func=waits_command)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from pidispatch.common.dev import DEMO_LABEL
+from pidispatch.common.devbanner import DEMO_LABEL
 
 REPO = "demo/hello"
 BRANCH = "main"

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import io
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from pidispatch.common.devstate import (
+    STATE_DIR,
+    STATE_FILE,
+    DevState,
+    apply,
+    merge,
+    remove_state,
+    write_state,
+)
+
+DEV = DevState(pid=1, env={"REDIS_URL": "redis://127.0.0.1:4000/0", "PI_LOGS_DIR": "/d/logs",
+                           "PI_TRIGGERS_FILE": "/d/triggers.json"})
+
+
+def test_a_live_dev_fills_what_is_unset() -> None:
+    added, notes = merge({"PI_LOGS_DIR": "/mine"}, DEV, True, "f")
+    assert added == {"REDIS_URL": "redis://127.0.0.1:4000/0", "PI_TRIGGERS_FILE": "/d/triggers.json"}
+    assert notes == []
+
+
+def test_a_stale_export_wins_but_is_named_with_both_urls() -> None:
+    added, notes = merge({"REDIS_URL": "redis://:pw@127.0.0.1:5000/0"}, DEV, True, "f")
+    assert "REDIS_URL" not in added
+    [note] = notes
+    assert "redis://127.0.0.1:5000/0" in note and "redis://127.0.0.1:4000/0" in note
+    assert "using the set one" in note and "pw" not in note  # the password never reaches stderr
+
+
+def test_the_same_export_says_nothing_and_a_dead_dev_is_ignored() -> None:
+    assert merge({"REDIS_URL": "redis://127.0.0.1:4000/0"}, DEV, True, "f")[1] == []
+    added, notes = merge({}, DEV, False, "f")
+    assert added == {} and len(notes) == 1 and "not running" in notes[0]
+    assert merge({}, None, True, "f") == ({}, [])
+
+
+def test_the_file_is_private_and_found_in_the_folder(tmp_path: Path) -> None:
+    state = tmp_path / STATE_DIR
+    state.mkdir()
+    path = write_state(state, {"REDIS_URL": "redis://127.0.0.1:4000/0", "WEBHOOK_SECRET": "s" * 20},
+                       os.getpid())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "WEBHOOK_SECRET" not in path.read_text()
+    environ: dict[str, str] = {}
+    apply(environ, tmp_path, io.StringIO())
+    assert environ == {"REDIS_URL": "redis://127.0.0.1:4000/0"}
+    remove_state(state, os.getpid() + 1)  # not this dev's file: kept
+    assert path.exists()
+    remove_state(state, os.getpid())
+    assert not path.exists()
+
+
+def test_a_dead_devs_file_is_said_once(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    state = tmp_path / STATE_DIR
+    state.mkdir()
+    write_state(state, {"REDIS_URL": "redis://127.0.0.1:4000/0"}, int(dead.stdout))
+    environ: dict[str, str] = {}
+    first, second = io.StringIO(), io.StringIO()
+    apply(environ, tmp_path, first)
+    apply(environ, tmp_path, second)
+    assert environ == {}
+    assert "not running" in first.getvalue() and second.getvalue() == ""
+    assert not (state / STATE_FILE).exists()
