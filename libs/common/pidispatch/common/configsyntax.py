@@ -122,3 +122,44 @@ def parse_base_url(name: str, raw: str | None) -> str | None:
         raise ConfigError(f"{name} is refused; accepted: an http:// or https:// URL with a host, without "
                           "credentials, query or fragment, like http://10.0.0.5:8080/v1")
     return raw.rstrip("/")
+
+
+WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# In PI_WORKER_NAME: the compose replica number, filled in by the worker at start (worker.replica).
+REPLICA = "{replica}"
+
+
+def image_ref_ok(ref: str) -> bool:
+    """The one image-reference rule (``PI_JOB_IMAGE`` and a trigger's image alike): nothing that could read
+    as a flag or smuggle control characters."""
+    return bool(ref) and not (
+        ref != ref.strip()
+        or ref.startswith("-")
+        or " " in ref
+        or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in ref)
+    )
+
+
+def checked_image(ref: str) -> str:
+    if not image_ref_ok(ref):
+        raise ConfigError(
+            f"PI_JOB_IMAGE={ref!r} is refused; accepted: an image reference without spaces, "
+            "control characters or a leading dash"
+        )
+    return ref
+
+
+def check_worker_name(name: str) -> None:
+    """Refuse a declared PI_WORKER_NAME. ``{replica}`` (once) stands for the compose replica number, which
+    the worker fills in at start (worker.replica); the template is checked as replica 1 would read."""
+    probe = name.replace(REPLICA, "1", 1)
+    if "{" in probe or "}" in probe:
+        raise ConfigError(
+            f"PI_WORKER_NAME={name!r} is refused; accepted: the placeholder {REPLICA} at most once, "
+            "and no other {...}"
+        )
+    if not WORKER_NAME_RE.match(probe) or probe.endswith((".json", ".log")):
+        raise ConfigError(
+            f"PI_WORKER_NAME={name!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
+            f"starting with a letter or digit, not ending in .json or .log, with {REPLICA} at most once"
+        )

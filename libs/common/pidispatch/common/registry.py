@@ -19,6 +19,7 @@ from typing import Protocol
 import msgspec
 from redis.exceptions import RedisError
 
+from pidispatch.common.configsyntax import WORKER_NAME_RE
 from pidispatch.common.health import Health
 from pidispatch.common.keys import HOSTS_CACHE_TTL_MS, REGISTRY_READ_TIMEOUT_S, ROUTE_FRESH_MS, Keys
 from pidispatch.common.log import get_logger
@@ -26,7 +27,6 @@ from pidispatch.common.models import Job, decode_fields, text
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.scripts import HOST_PRUNE
-from pidispatch.common.settings import WORKER_NAME_RE
 
 # The name charset excludes ',' (so a token list joins unambiguously) and ':' (so a token splits at
 # its first colon). Always used with fullmatch: '$' alone would accept a trailing newline.

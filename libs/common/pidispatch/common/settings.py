@@ -15,6 +15,9 @@ from typing import TypedDict
 import msgspec
 
 from pidispatch.common.configsyntax import (
+    WORKER_NAME_RE,
+    check_worker_name,
+    checked_image,
     parse_base_url,
     parse_cpus,
     parse_job_user,
@@ -32,9 +35,6 @@ from pidispatch.common.secret import Secret
 from pidispatch.common.unsupported import check_environment
 from pidispatch.common.waitsettings import WaitSettings, load_wait_settings
 
-WORKER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# In PI_WORKER_NAME: the compose replica number, filled in by the worker at start (worker.replica).
-REPLICA = "{replica}"
 PROVIDER_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MODEL_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,127}$")
 
@@ -290,7 +290,7 @@ def _container_part(env: Mapping[str, str]) -> _ContainerPart:
     memory = _get(env, "PI_JOB_MEMORY")
     cpus = _get(env, "PI_JOB_CPUS")
     return _ContainerPart(
-        job_image=_image(_get(env, "PI_JOB_IMAGE") or "pi-job:latest"),
+        job_image=checked_image(_get(env, "PI_JOB_IMAGE") or "pi-job:latest"),
         job_user=parse_job_user(_get(env, "PI_JOB_USER") or "1000:1000"),
         job_memory_bytes=parse_memory("PI_JOB_MEMORY", memory) if memory else 4 * 1024**3,
         job_nano_cpus=parse_cpus("PI_JOB_CPUS", cpus) if cpus else 2 * 10**9,
@@ -352,58 +352,25 @@ def _agent_part(env: Mapping[str, str]) -> _AgentPart:
     )
 
 
+# Each group of variables and its reader, in field order: with several bad variables the first group's
+# error is the one raised.
+_READERS: dict[str, Callable[[Mapping[str, str]], Mapping[str, object]]] = {
+    "store": _store_part,
+    "log": lambda e: {"log_level": _log_level(e)},
+    "metrics": lambda e: {"metrics_port": _optional_int(e, "PD_METRICS_PORT", 1, 65535)},
+    "receiver": _receiver_part, "host": _host_part, "container": _container_part,
+    "upkeep": _upkeep_part, "spend": _spend_part, "agent": _agent_part,
+    "wait": lambda e: {"wait": load_wait_settings(e)},
+}
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     check_environment(env)  # a variable this project does not implement stops it before any other
-    # Parts are read in field order, so with several bad variables the first part's error is the one raised.
-    return Settings(
-        **_store_part(env),
-        log_level=_log_level(env),
-        metrics_port=_optional_int(env, "PD_METRICS_PORT", 1, 65535),
-        **_receiver_part(env),
-        **_host_part(env),
-        **_container_part(env),
-        **_upkeep_part(env),
-        **_spend_part(env),
-        **_agent_part(env),
-        wait=load_wait_settings(env),
-    )
-
-
-def image_ref_ok(ref: str) -> bool:
-    """The one image-reference rule (``PI_JOB_IMAGE`` and a trigger's image alike): nothing that could read
-    as a flag or smuggle control characters."""
-    return bool(ref) and not (
-        ref != ref.strip()
-        or ref.startswith("-")
-        or " " in ref
-        or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in ref)
-    )
-
-
-def _image(ref: str) -> str:
-    if not image_ref_ok(ref):
-        raise ConfigError(
-            f"PI_JOB_IMAGE={ref!r} is refused; accepted: an image reference without spaces, "
-            "control characters or a leading dash"
-        )
-    return ref
-
-
-def check_worker_name(name: str) -> None:
-    """Refuse a declared PI_WORKER_NAME. ``{replica}`` (once) stands for the compose replica number, which
-    the worker fills in at start (worker.replica); the template is checked as replica 1 would read."""
-    probe = name.replace(REPLICA, "1", 1)
-    if "{" in probe or "}" in probe:
-        raise ConfigError(
-            f"PI_WORKER_NAME={name!r} is refused; accepted: the placeholder {REPLICA} at most once, "
-            "and no other {...}"
-        )
-    if not WORKER_NAME_RE.match(probe) or probe.endswith((".json", ".log")):
-        raise ConfigError(
-            f"PI_WORKER_NAME={name!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
-            f"starting with a letter or digit, not ending in .json or .log, with {REPLICA} at most once"
-        )
+    fields: dict[str, object] = {}
+    for read in _READERS.values():
+        fields.update(read(env))
+    return Settings(**fields)  # type: ignore[arg-type]
 
 
 def _default_host_name() -> str:
@@ -421,14 +388,7 @@ def load_settings_by_part(env: Mapping[str, str]) -> tuple[Settings, dict[str, s
         check_environment(env)
     except ConfigError as exc:
         errors["environment"] = str(exc)
-    readers: dict[str, Callable[[Mapping[str, str]], Mapping[str, object]]] = {
-        "store": _store_part, "log": lambda e: {"log_level": _log_level(e)},
-        "metrics": lambda e: {"metrics_port": _optional_int(e, "PD_METRICS_PORT", 1, 65535)},
-        "receiver": _receiver_part, "host": _host_part, "container": _container_part,
-        "upkeep": _upkeep_part, "spend": _spend_part, "agent": _agent_part,
-        "wait": lambda e: {"wait": load_wait_settings(e)},
-    }
-    for group, read in readers.items():
+    for group, read in _READERS.items():
         try:
             fields.update(read(env))
         except ConfigError as exc:

@@ -13,9 +13,9 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from pidispatch import forges
+from pidispatch.common.configsyntax import image_ref_ok
 from pidispatch.common.envnames import RESERVED_SECRET_NAMES
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND
-from pidispatch.common.settings import image_ref_ok
 from pidispatch.forges import FORGES
 from pidispatch.router.modelref import model_fields
 from pidispatch.router.refusal import (

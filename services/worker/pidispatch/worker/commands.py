@@ -127,10 +127,11 @@ async def pause_command(args: argparse.Namespace) -> int:
 
     from redis.exceptions import AuthenticationError
 
+    from pidispatch.common.configsyntax import WORKER_NAME_RE
     from pidispatch.common.errors import ConfigError, InfraError
     from pidispatch.common.keys import Keys
     from pidispatch.common.redis import auth_refused, create_redis
-    from pidispatch.common.settings import WORKER_NAME_RE, load_settings
+    from pidispatch.common.settings import load_settings
 
     settings = load_settings()
     if args.host is not None and not WORKER_NAME_RE.match(args.host):

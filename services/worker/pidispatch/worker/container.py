@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from pidispatch.common.configsyntax import image_ref_ok
 from pidispatch.common.models import Job
-from pidispatch.common.settings import Settings, image_ref_ok
+from pidispatch.common.settings import Settings
 from pidispatch.worker.jobname import job_file_name
 
 CONTAINER_PREFIX = "pi-job-"

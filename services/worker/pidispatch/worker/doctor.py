@@ -36,7 +36,11 @@ RECEIVER_REFUSED = "a receiver variable is refused (config)"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help="check configuration, Redis, Docker, the job image, triggers and "
-                                      "forges; exit 0 ok, 1 warnings, 2 failures")
+                                      "forges; exit 0 ok, 1 warnings, 2 failures",
+                       description="Check every dependency once (configuration, Redis and its persistence, "
+                       "stream groups, Docker, the job image, triggers.json, forge credentials, webhook "
+                       "secrets, budget, clock skew, live hosts, dead entries): each ok, warn or fail "
+                       "with the fix in one line. Exit 0 all ok, 1 warnings, 2 a failure.")
     p.add_argument("--json", action="store_true", help='one JSON object {"checks": [...], "exit": n}')
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help="seconds each dependency gets to answer (default %(default)s)")

@@ -22,11 +22,12 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
+from pidispatch.common.configsyntax import image_ref_ok
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.secret import Secret
-from pidispatch.common.settings import PROVIDER_RE, image_ref_ok
+from pidispatch.common.settings import PROVIDER_RE
 from pidispatch.worker.git import GIT_TIMEOUT, GIT_TIMEOUT_S, GIT_UNAVAILABLE, SHA_RE, git, neutral_filters
 from pidispatch.worker.outcome import InfraFault, JobRefusal
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from pidispatch.common.configsyntax import REPLICA, check_worker_name
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.log import get_logger
-from pidispatch.common.settings import REPLICA, Settings, check_worker_name
+from pidispatch.common.settings import Settings
 
 if TYPE_CHECKING:
     import aiodocker

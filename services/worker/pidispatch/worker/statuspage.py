@@ -224,7 +224,10 @@ def build_app(config: WebConfig, redis: Redis, clock: EpochMsClock) -> web.Appli
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("web", help="serve a read-only status page: queues, hosts, runs, deliveries, "
-                                   "schedules, waits (basic auth: PD_WEB_USER and PD_WEB_PASSWORD)")
+                                   "schedules, waits (basic auth: PD_WEB_USER and PD_WEB_PASSWORD)",
+                       description="Serve a read-only HTML status page that refreshes itself: streams and "
+                       "lag, live hosts, recent runs with their captured output, deliveries with their "
+                       "explain trace, schedules and held jobs. Loopback only unless basic auth is set.")
     p.add_argument("--bind", default=DEFAULT_BIND,
                    help="address to listen on (default %(default)s; beyond loopback needs basic auth)")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT,
