@@ -37,6 +37,7 @@ from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.forges.http import create_http
 from pidispatch.router import decisions, events, pipeline
 from pidispatch.router.authority import Authority
+from pidispatch.router.consumer import consumer_name
 from pidispatch.router.explain import stored_line
 from pidispatch.router.forge import token_sources
 from pidispatch.router.identity import explicit_self_ids, resolve_self_ids
@@ -44,7 +45,7 @@ from pidispatch.router.lookup import Question, Verdict
 from pidispatch.router.metrics import RouterMetrics
 from pidispatch.router.reroute import run_rerouter
 from pidispatch.router.rules import Rules, RulesRef
-from pidispatch.router.service import consumer_name, run_router
+from pidispatch.router.service import run_router
 from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.triggers import load_triggers, warn_if_empty
 from pidispatch.router.watch import watch_triggers

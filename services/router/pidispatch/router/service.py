@@ -8,20 +8,15 @@ script answers ``duplicate`` instead of adding a second job.
 Work is done a page at a time: decisions are pure and computed first, forge lookups for the page run
 concurrently, every enqueue of the page goes in one pipeline, and every decision + ack in one MULTI.
 
-Consumer names: ``PD_ROUTER_NAME`` if set, else ``router-<hostname>``. The name is stable so a restarted
-router re-reads its own pending entries first; two routers on one host must be given distinct names, or
-they share one pending list (still safe, but each re-processes the other's in-flight entries).
+The consumer name is ``router.consumer.consumer_name``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
-import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -29,7 +24,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, ROUTER_GROUP, Keys
@@ -49,6 +43,7 @@ from pidispatch.common.streams import (
     send_to_dead,
 )
 from pidispatch.router import decisions, jobs, pipeline
+from pidispatch.router.consumer import consumer_name
 from pidispatch.router.decision import Ask, Drop, Fire
 from pidispatch.router.decisions import RouteOutcome, RouteOutcomeName
 from pidispatch.router.enqueue import Enqueuer
@@ -60,7 +55,6 @@ from pidispatch.router.trim import run_trimmer
 
 Asker = Callable[[Question, str], Awaitable[Verdict]]
 
-CONSUMER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 READ_COUNT = 64
 CLAIM_COUNT = 64
 # Bounded work per claim tick, so a huge pending list never starves new events; the cursor carries over.
@@ -85,20 +79,6 @@ class _Work(msgspec.Struct):
     outcome: RouteOutcome | None = None
     replies: list[Any] = msgspec.field(default_factory=list)
     read_at: float = msgspec.field(default_factory=time.monotonic)  # for pd_router_enqueue_seconds
-
-
-def consumer_name(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    declared = (env.get("PD_ROUTER_NAME") or "").strip()
-    if declared:
-        if not CONSUMER_RE.match(declared):
-            raise ConfigError(
-                f"PD_ROUTER_NAME={declared!r} is refused; accepted: 1-64 of [A-Za-z0-9._-], "
-                "starting with a letter or digit"
-            )
-        return declared
-    host = re.sub(r"[^A-Za-z0-9._-]", "", socket.gethostname())[:56]
-    return f"router-{host or 'localhost'}"
 
 
 def retry_after_ms(deliveries: int) -> int:
