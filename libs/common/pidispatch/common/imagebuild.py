@@ -11,8 +11,9 @@ import asyncio
 import hashlib
 import os
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pidispatch.common.errors import InfraError
@@ -111,3 +112,22 @@ async def report(what: str, tag: str, started: float, verb: str) -> None:
     _, size = await capture("docker", "image", "inspect", "-f", "{{.Size}}", tag)
     shown = human_size(int(size)) if size.isdigit() else "size unknown"
     print(f"{what}: {tag} {verb}: {shown}, {time.monotonic() - started:.0f} s")
+
+
+async def build_unless_built(
+    what: str, tag: str, files: Mapping[str, bytes], bases: Sequence[str],
+    argv: Callable[[str, Path], list[str]], started: float,
+) -> None:
+    """``docker build`` (``argv(build hash, context)``) over a context made of ``files``, unless an image
+    of the same inputs exists: then that one is tagged ``tag``. Says which, with the image's size."""
+    # A base not here yet is pulled by docker build; its name stands in for its id in the hash.
+    base_ids = [await image_id(ref) or ref for ref in dict.fromkeys(bases)]
+    hash_ = build_hash(files, base_ids)
+    if await tag_if_built(hash_, tag):
+        print(f"{what}: nothing changed (build hash {hash_}); build skipped")
+        await report(what, tag, started, "up to date")
+        return
+    with tempfile.TemporaryDirectory(prefix=f"pd-{what}-") as tmp:
+        await asyncio.to_thread(write_context, files, Path(tmp))
+        await stream(argv(hash_, Path(tmp)), "docker build")
+    await report(what, tag, started, f"built (build hash {hash_})")

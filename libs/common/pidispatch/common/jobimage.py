@@ -10,21 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.imagebuild import (
-    EXTRA_CA_NAME,
-    build_hash,
-    image_id,
-    report,
-    stream,
-    tag_if_built,
-    write_context,
-)
+from pidispatch.common.imagebuild import EXTRA_CA_NAME, build_unless_built, stream
 
 DEFAULT_TAG = "pi-job:latest"
 DEFAULT_BASE = "pd-job-base:trixie"
@@ -102,19 +93,12 @@ async def build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     if plan_.build_base:
         await stream(["sh", str(image_dir / BASE_SCRIPT)], BASE_SCRIPT)
-    # A base not here yet is pulled by docker build; its name stands in for its id in the hash.
-    base_ids = [await image_id(ref) or ref for ref in dict.fromkeys((plan_.base, plan_.runtime))]
     files = await asyncio.to_thread(context_files, image_dir)
-    hash_ = build_hash(files, base_ids)
-    if await tag_if_built(hash_, plan_.tag):
-        print(f"job-image: nothing changed (build hash {hash_}); build skipped")
-        await report("job-image", plan_.tag, started, "up to date")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="pd-job-image-") as tmp:
-        # The Dockerfile's build stage hands the CA bundle to npm; the final stage never sees it.
-        await asyncio.to_thread(write_context, files, Path(tmp))
-        await stream(build_argv(plan_, build_hash_=hash_, context=Path(tmp)), "docker build")
-    await report("job-image", plan_.tag, started, f"built (build hash {hash_})")
+    # The Dockerfile's build stage hands the context's CA bundle to npm; the final stage never sees it.
+    await build_unless_built(
+        "job-image", plan_.tag, files, [plan_.base, plan_.runtime],
+        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context), started,
+    )
     return 0
 
 

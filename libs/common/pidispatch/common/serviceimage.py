@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.imagebuild import build_hash, image_id, report, stream, tag_if_built, write_context
+from pidispatch.common.imagebuild import build_unless_built, stream
 
 DEFAULT_TAG = "pi-dispatch:latest"
 DEFAULT_BASE = "pd-service-base:bookworm"
@@ -95,16 +94,10 @@ async def build(args: argparse.Namespace) -> int:
     if plan_.build_base:
         await stream(["sh", str(root / BASE_SCRIPT)], BASE_SCRIPT.name)
     files = await asyncio.to_thread(context_files, root)
-    # A base not here yet is pulled by docker build; its name stands in for its id in the hash.
-    hash_ = build_hash(files, [await image_id(plan_.base) or plan_.base])
-    if await tag_if_built(hash_, plan_.tag):
-        print(f"service-image: nothing changed (build hash {hash_}); build skipped")
-        await report("service-image", plan_.tag, started, "up to date")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="pd-service-image-") as tmp:
-        await asyncio.to_thread(write_context, files, Path(tmp))
-        await stream(build_argv(plan_, build_hash_=hash_, context=Path(tmp)), "docker build")
-    await report("service-image", plan_.tag, started, f"built (build hash {hash_})")
+    await build_unless_built(
+        "service-image", plan_.tag, files, [plan_.base],
+        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context), started,
+    )
     return 0
 
 
