@@ -89,7 +89,7 @@ def run(func: object, args: argparse.Namespace) -> int:
 # The verbs that read a deployment: run in a `pi-dispatch dev` folder, they find that dev (devstate).
 DEV_STATE_VERBS = frozenset({
     "events", "explain", "replay", "hosts", "pause", "resume", "cancel", "status", "run", "runs", "schedules",
-    "waits",
+    "waits", "doctor", "web",
 })
 
 
