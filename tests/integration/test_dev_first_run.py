@@ -118,6 +118,9 @@ async def test_the_banner_runs_as_printed_and_the_folder_finds_dev(started: Dev,
     assert fired.returncode == 0 and " 202 " in fired.stdout.splitlines()[0], fired.stdout + fired.stderr
     for line in rest:
         done = _shell(line, tmp_path)
+        if line.endswith(" doctor"):  # warnings allowed (a vfs Docker is one), no failure: dev is whole
+            assert done.returncode in (0, 1) and " fail " not in done.stdout, done.stdout + done.stderr
+            continue
         assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
         assert "REDIS_URL" not in done.stderr  # nothing stale, nothing to export
 

@@ -71,3 +71,16 @@ def test_a_dead_devs_file_is_said_once(tmp_path: Path) -> None:
     assert environ == {}
     assert "not running" in first.getvalue() and second.getvalue() == ""
     assert not (state / STATE_FILE).exists()
+
+
+def test_credentials_dev_made_are_kept_for_its_verbs_an_operators_never(tmp_path: Path) -> None:
+    state = tmp_path / STATE_DIR
+    state.mkdir()
+    env = {"REDIS_URL": "redis://127.0.0.1:4000/0", "WEBHOOK_SECRET": "s" * 20, "GITHUB_PAT": "mine" * 5,
+           "GITHUB_AUTH_SOURCE": "pat"}
+    path = write_state(state, env, os.getpid(), own={"WEBHOOK_SECRET", "GITHUB_AUTH_SOURCE"})
+    assert "mine" not in path.read_text()  # the operator's token stays out of the file
+    environ: dict[str, str] = {"GITHUB_AUTH_SOURCE": "app"}
+    apply(environ, tmp_path, io.StringIO())
+    assert environ == {"REDIS_URL": "redis://127.0.0.1:4000/0", "WEBHOOK_SECRET": "s" * 20,
+                       "GITHUB_AUTH_SOURCE": "app"}  # a set variable still wins

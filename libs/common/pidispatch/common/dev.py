@@ -95,6 +95,7 @@ class _Stack:
     children: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     forge: DemoForge | None = None
     model: ModelStandIn | None = None
+    own: set[str] = field(default_factory=set)  # credentials dev made itself (devstate.DEV_OWNED)
 
 
 async def dev(args: argparse.Namespace) -> int:
@@ -115,7 +116,7 @@ async def dev(args: argparse.Namespace) -> int:
         settings = starting.result()
         if settings is None:
             return 0 if stop.is_set() else 1
-        await asyncio.to_thread(devstate.write_state, state, stack.env, os.getpid())
+        await asyncio.to_thread(devstate.write_state, state, stack.env, os.getpid(), stack.own)
         print_banner(stack.env, settings.key_prefix, settings.receiver_port, settings.logs_dir, state,
                      model_standin=stack.model is not None)
         return await _supervise(stack.children, stop)
@@ -142,11 +143,13 @@ async def _start(stack: _Stack, state: Path, stop: asyncio.Event) -> Settings | 
         # The private server has no password: one meant for the operator's own Redis would be refused.
         for name in REDIS_PASSWORD_VARS:
             env.pop(name, None)
+    stack.own.update(n for n in ("WEBHOOK_SECRET",) if not env.get(n))
     env.update(await asyncio.to_thread(_prepare_env, state, env))
     if not standin.credentials_set(env):
         # The demo forge is not configured: the demo rule's jobs clone demo/hello from a stand-in.
         stack.forge, forge_env = await standin.start_demo_forge(state)
         env.update(forge_env)
+        stack.own.update(forge_env)
     settings = load_settings(env)  # validates everything before any child starts
     _require_free_port(settings.receiver_bind, settings.receiver_port)
     env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)

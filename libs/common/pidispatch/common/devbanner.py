@@ -78,7 +78,8 @@ def print_banner(
         + f"  {cli} events\n"
         f"  {cli} explain {delivery}\n"
         f"  {cli} runs\n"
-        f"  {cli} status\n",
+        f"  {cli} status\n"
+        f"  {cli} doctor\n",
         flush=True,
     )
 

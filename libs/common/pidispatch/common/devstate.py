@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Collection, Mapping, MutableMapping
 from pathlib import Path
 from typing import TextIO
 
@@ -22,6 +22,9 @@ STATE_DIR = ".pi-dispatch"
 STATE_FILE = "dev.json"
 # What a verb needs to see dev's deployment: its Redis, its rules, its run records, its key prefix.
 SHARED = ("REDIS_URL", "PI_LOGS_DIR", "PI_TRIGGERS_FILE", "PD_KEY_PREFIX")
+# Credentials dev made itself (its webhook secret, its stand-in forge's token), so `doctor` in the folder
+# checks what dev runs. Written only when dev made them, never an operator's own; never printed.
+DEV_OWNED = ("WEBHOOK_SECRET", "GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_API_URL")
 # A Redis named by either variable is the operator's explicit choice.
 REDIS_VARS = ("REDIS_URL", "VALKEY_URL")
 
@@ -51,7 +54,7 @@ def merge(
             f"{state.pid}, {where}) uses {redis_location(dev_redis)}; using the set one "
             "(unset REDIS_URL to use dev's)"
         )
-    added = {k: v for k, v in state.env.items() if k in SHARED and not env.get(k)}
+    added = {k: v for k, v in state.env.items() if (k in SHARED or k in DEV_OWNED) and not env.get(k)}
     if explicit is not None:
         added.pop("REDIS_URL", None)
     return added, notes
@@ -90,12 +93,16 @@ def apply(environ: MutableMapping[str, str], cwd: Path, err: TextIO = sys.stderr
     environ.update(added)
 
 
-def write_state(state_dir: Path, env: Mapping[str, str], pid: int) -> Path:
-    """Write the file mode 0600 from creation (a new name, then renamed over any leftover)."""
+def write_state(
+    state_dir: Path, env: Mapping[str, str], pid: int, own: Collection[str] = ()
+) -> Path:
+    """Write the file mode 0600 from creation (a new name, then renamed over any leftover): the shared
+    variables, and of ``DEV_OWNED`` those in ``own`` (the ones dev made)."""
     path = state_dir / STATE_FILE
     tmp = state_dir / f".{STATE_FILE}.{pid}"
     tmp.unlink(missing_ok=True)
-    data = {"pid": pid, "env": {k: env[k] for k in SHARED if env.get(k)}}
+    names = [*SHARED, *(n for n in DEV_OWNED if n in own)]
+    data = {"pid": pid, "env": {k: env[k] for k in names if env.get(k)}}
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(data, indent=2) + "\n")
