@@ -33,7 +33,14 @@ from tests.support.dedup import is_remembered, remembered_count
 from tests.support.payloads import FIXTURES, octokit_examples
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
-from tests.support.receiver import TEST_SECRET, debug_logs, github_signature, metric, post_declaring
+from tests.support.receiver import (
+    TEST_SECRET,
+    debug_logs,
+    github_signature,
+    metric,
+    post_declaring,
+    stored_keys,
+)
 
 ISSUES_LABELED = (FIXTURES / "github" / "issues.labeled.json").read_bytes()
 PING = (FIXTURES / "github" / "ping.json").read_bytes()
@@ -69,11 +76,6 @@ async def _post(
     resp = await client.post(path, data=body, headers=headers)
     payload = await resp.json() if resp.status != 204 else None
     return resp.status, payload, resp
-
-
-async def _stored(redis: Redis, keys: Keys) -> list[bytes]:
-    """Every key this test's deployment has written (an empty list proves nothing was stored)."""
-    return sorted(await redis.keys(f"{keys.prefix}:*"))
 
 
 async def _app_client(redis: Redis, env: dict[str, str]) -> Client:
@@ -173,14 +175,26 @@ async def test_ping_is_answered_204_and_not_stored(client: Client, redis: Redis,
     assert status == 204
     assert await resp.read() == b""
     assert "Content-Type" not in resp.headers
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_event_the_router_cannot_act_on_is_204_even_with_issue_payload(
     client: Client, redis: Redis, keys: Keys
 ) -> None:
     assert (await _post(client, event="push"))[0] == 204
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
+
+
+async def test_ignored_deliveries_are_counted_by_forge_and_event_type(
+    client: Client, redis: Redis, keys: Keys
+) -> None:
+    for event in ("push", "push", "ping"):
+        assert (await _post(client, PING if event == "ping" else ISSUES_LABELED, event=event))[0] == 204
+    assert await redis.hgetall(keys.ignored) == {b"github:push": b"2", b"github:ping": b"1"}
+    assert await stored_keys(redis, keys) == []  # counted, never stored
+    text = await (await client.get("/metrics")).text()
+    assert metric(text, "pd_receiver_ignored_total", forge="github", event="push") == 2
+    assert metric(text, "pd_receiver_ignored_total", forge="github", event="ping") == 1
 
 
 # Events the router can act on; written out here so the test pins the arm's set.
@@ -292,7 +306,7 @@ async def test_wrong_signature_is_401_and_stores_nothing(client: Client, redis: 
     other_secret = github_signature("not-the-secret", ISSUES_LABELED)
     status, body, _ = await _post(client, **{"X-Hub-Signature-256": other_secret})
     assert (status, body) == (401, {"error": "invalid signature"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 @pytest.mark.parametrize(
@@ -307,7 +321,7 @@ async def test_non_post_is_405(client: Client, method: str, status: int, error: 
 async def test_form_content_type_is_415(client: Client, redis: Redis, keys: Keys) -> None:
     status, body, _ = await _post(client, **{"Content-Type": "application/x-www-form-urlencoded"})
     assert (status, body) == (415, {"error": "unsupported media type"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_json_content_type_with_parameters_is_accepted(client: Client) -> None:
@@ -318,7 +332,7 @@ async def test_json_content_type_with_parameters_is_accepted(client: Client) -> 
 async def test_missing_signature_is_401(client: Client, redis: Redis, keys: Keys) -> None:
     status, body, _ = await _post(client, drop=("X-Hub-Signature-256",))
     assert (status, body) == (401, {"error": "missing signature"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 @pytest.mark.parametrize("missing", ["X-GitHub-Event", "X-GitHub-Delivery"])
@@ -329,7 +343,7 @@ async def test_missing_github_event_headers_is_400(
     assert (status, body) == (400, {"error": "missing github event headers"})
     status, body, _ = await _post(client, **{missing: ""})
     assert (status, body) == (400, {"error": "missing github event headers"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 @pytest.mark.parametrize("delivery", ["has space", "x" * 129, "tab\there"])
@@ -338,7 +352,7 @@ async def test_delivery_id_that_cannot_be_a_key_is_400(
 ) -> None:
     status, body, _ = await _post(client, delivery=delivery)
     assert (status, body) == (400, {"error": "invalid delivery id"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 @pytest.mark.parametrize("raw", [b"{ not valid json", b"[1, 2]", b'"text"', b'{"a":"\xff"}'])
@@ -347,7 +361,7 @@ async def test_verified_body_that_is_not_a_json_object_is_400(
 ) -> None:
     status, body, _ = await _post(client, raw)
     assert (status, body) == (400, {"error": "invalid-json"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_content_encoding_is_not_inflated_before_verification(
@@ -357,7 +371,7 @@ async def test_content_encoding_is_not_inflated_before_verification(
     status, body, _ = await _post(client, wire, **{"Content-Encoding": "gzip"})
     # Signed over the bytes on the wire, which verify; they are not a JSON object.
     assert (status, body) == (400, {"error": "invalid-json"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_declared_content_length_over_2mib_is_413_before_the_body_is_read(
@@ -368,7 +382,7 @@ async def test_declared_content_length_over_2mib_is_413_before_the_body_is_read(
     response = await post_declaring(client.port, "/", headers, 3 * 1024 * 1024, small)
     assert response.startswith(b"HTTP/1.1 413 ")
     assert response.endswith(b'{"error":"payload too large"}')
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_streamed_body_over_2mib_is_413(client: Client, redis: Redis, keys: Keys) -> None:
@@ -380,7 +394,7 @@ async def test_streamed_body_over_2mib_is_413(client: Client, redis: Redis, keys
     resp = await client.post("/", data=chunks(), headers=headers)
     assert resp.headers.get("Content-Length") != str(3 * 1024 * 1024)
     assert (resp.status, await resp.json()) == (413, {"error": "payload too large"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_body_of_exactly_2mib_is_read(client: Client) -> None:

@@ -51,6 +51,7 @@ from tests.support.receiver import (
     gitlab_token_headers,
     metric,
     post_declaring,
+    stored_keys,
 )
 
 # Today (a delivery's dedup bucket lives from its day on), at .123 s past a second.
@@ -135,10 +136,6 @@ async def _post(
 
 async def _entries(redis: Redis, keys: Keys) -> list[dict[str, bytes]]:
     return [{k.decode(): v for k, v in fields.items()} for _, fields in await redis.xrange(keys.events)]
-
-
-async def _stored(redis: Redis, keys: Keys) -> list[bytes]:
-    return sorted(await redis.keys(f"{keys.prefix}:*"))
 
 
 def _gl(body: bytes, msg_id: str | None = None, ts: int = NOW_S, **kw: Any) -> dict[str, str]:
@@ -348,7 +345,7 @@ async def test_gitlab_signature_mode_row(
 ) -> None:
     method, body, headers = make()
     assert await _post(client, "/gitlab", body, headers, method) == (status, answer)
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_gitlab_timestamp_at_the_window_edge_is_accepted(client: Client) -> None:
@@ -375,7 +372,7 @@ async def test_gitlab_token_mode_rows(make_client: MakeClient, redis: Redis, key
     ]
     for headers, answer in refusals:
         assert await _post(client, "/gitlab", body, headers) == (401, answer)
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
     assert (await _post(client, "/gitlab", body, gitlab_token_headers("t-5")))[0] == 202
     legacy = gitlab_token_headers("t-6", legacy_id=True)
     assert (await _post(client, "/gitlab", body, legacy))[0] == 202
@@ -434,7 +431,7 @@ async def test_forgejo_row(
     if change.get("tamper"):
         body = body.replace(b'"opened"', b'"closed"', 1)
     assert await _post(client, "/forgejo", body, headers, method) == (status, answer)
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_forgejo_delivery_at_github_path_is_checked_against_githubs_secret(
@@ -444,7 +441,7 @@ async def test_forgejo_delivery_at_github_path_is_checked_against_githubs_secret
     assert await _post(client, "/", GITEA_ISSUES, headers) == (401, {"error": "invalid signature"})
     github = github_headers(GITEA_ISSUES, "issues", "gh-at-forgejo")
     assert await _post(client, "/forgejo", GITEA_ISSUES, github) == (401, {"error": "invalid signature"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
     assert await _post(client, "/forgejo", GITEA_ISSUES, headers) == (202, {"status": "accepted"})
     assert [e["forge"] for e in await _entries(redis, keys)] == [b"forgejo"]
 
@@ -455,7 +452,7 @@ async def test_forgejo_bad_own_signature_is_not_rescued_by_a_good_gitea_one(
     headers = _fj(GITEA_ISSUES)
     headers["X-Forgejo-Signature"] = "0" * 64
     assert await _post(client, "/forgejo", GITEA_ISSUES, headers) == (401, {"error": "invalid signature"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 # --- Azure's rows -------------------------------------------------------------------------------------
@@ -502,7 +499,7 @@ async def test_azure_basic_mode_row(
     answer: Any,
 ) -> None:
     assert await _post(client, "/azure", body, headers, method) == (status, answer)
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 async def test_azure_header_mode(make_client: MakeClient, redis: Redis, keys: Keys) -> None:
@@ -511,7 +508,7 @@ async def test_azure_header_mode(make_client: MakeClient, redis: Redis, keys: Ke
     assert await _post(client, "/azure", AZURE_PR, other) == (401, {"error": "unauthorized"})
     basic = azure_basic_headers(secret=azure_header_env()["AZURE_WEBHOOK_SECRET"])
     assert await _post(client, "/azure", AZURE_PR, basic) == (401, {"error": "unauthorized"})
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
     assert await _post(client, "/azure", AZURE_PR, azure_header_headers()) == (202, {"status": "accepted"})
 
 
@@ -532,7 +529,7 @@ async def test_declared_length_over_2mib_is_413_before_the_body_is_read(
     response = await post_declaring(client.port, f"/{forge}", headers_for(b"{}"), 3 * 1024 * 1024, b"{}")
     assert response.startswith(b"HTTP/1.1 413 ")
     assert response.endswith(answer)
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 @pytest.mark.parametrize("forge", list(TOO_LARGE))
@@ -544,7 +541,7 @@ async def test_streamed_body_over_2mib_is_413(client: Client, redis: Redis, keys
     headers_for, answer = TOO_LARGE[forge]
     resp = await client.post(f"/{forge}", data=chunks(), headers=headers_for(b"{}"))
     assert (resp.status, await resp.read()) == (413, answer)
-    assert await _stored(redis, keys) == []
+    assert await stored_keys(redis, keys) == []
 
 
 # --- which arms exist ---------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from typing import Any
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
+from pidispatch.common.redis import Redis
 
 TEST_SECRET = "test-webhook-secret"  # the base_env's WEBHOOK_SECRET
 GITHUB_SECRET = TEST_SECRET
@@ -185,3 +187,9 @@ def debug_logs() -> Iterator[list[dict[str, Any]]]:
             yield logs
     finally:
         configure_logging("receiver", "info")
+
+
+async def stored_keys(redis: Redis, keys: Keys) -> list[bytes]:
+    """Every key a test's deployment has written but the count of ignored deliveries (an empty list
+    proves no delivery was stored)."""
+    return sorted(k for k in await redis.keys(f"{keys.prefix}:*") if k != keys.ignored.encode())

@@ -131,6 +131,11 @@ class Keys:
     def events(self) -> str:
         return self._k("events")
 
+    @property
+    def ignored(self) -> str:
+        """Deliveries answered 204 (no rule could act on them), a HASH counted by ``<forge>:<event type>``."""
+        return self._k("ignored")
+
     def seen(self, day: int, shard: int) -> str:
         """The deliveries seen on ``day`` (UTC days since the epoch) whose digest falls in ``shard``."""
         return self._k("seen", str(day), str(shard))

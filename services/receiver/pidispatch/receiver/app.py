@@ -56,6 +56,10 @@ def _json(status: int, body: bytes) -> web.Response:
     return web.Response(status=status, body=body, content_type="application/json")
 
 
+# The event type counted for an ignored delivery whose event header is not a plain name.
+IGNORED_OTHER = "other"
+
+
 def _log_event(value: str | None) -> str | None:
     return value if value is not None and _EVENT_NAME_RE.fullmatch(value) else None
 
@@ -214,6 +218,7 @@ class Receiver:
         event, delivery, store = verdict
         if not store:
             self._log_delivery(name, _log_event(event), delivery, 204, "ignored", previous=previous)
+            await self._count_ignored(name, _log_event(event) or IGNORED_OTHER)
             return web.Response(status=204)
         assert event is not None  # only named events are stored
         connections = self.connections
@@ -224,6 +229,12 @@ class Receiver:
         finally:
             if connections is not None:
                 connections.storing.discard(request.protocol)
+
+    async def _count_ignored(self, forge: str, event: str) -> None:
+        self.metrics.ignored(forge, event)
+        # Only a count: a Redis that does not answer costs the count, never the 204 (nor a spool entry).
+        with contextlib.suppress(RedisError, OSError):
+            await self._ingest.count_ignored(forge, event)
 
     async def _store(self, arm: Arm, record: Record, previous: bool) -> web.Response:
         """Redis, else the spool; while the spool holds earlier deliveries, the spool first (their order).

@@ -9,9 +9,10 @@ half-written and the forge's redelivery is either appended then or answered as a
 from __future__ import annotations
 
 from pidispatch.common.dedup import remembered
-from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, Keys
+from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, ROUTER_GROUP, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.scripts import INGEST
+from pidispatch.common.streams import ensure_group
 from pidispatch.receiver.deadline import Deadlines
 
 # Arguments that never change, as bytes: redis-py passes bytes through as they are, and this is the hot
@@ -22,13 +23,16 @@ _FORGE, _EVENT, _DELIVERY, _RECEIVED_AT, _BODY = b"forge", b"event", b"delivery"
 class Ingest:
     """Each append is one EVALSHA; a Redis that lost its script cache gets the source once by EVAL."""
 
-    __slots__ = ("_deadlines", "_events", "_keys", "_redis")
+    __slots__ = ("_deadlines", "_events", "_grouped", "_keys", "_redis")
 
     def __init__(self, redis: Redis, keys: Keys, timeout_s: float = REDIS_OP_TIMEOUT_S) -> None:
         self._redis = redis
         self._keys = keys
         self._events = keys.events
         self._deadlines = Deadlines(timeout_s)
+        # The writer creates the router's group once, so `XPENDING pd:events router` answers (and trimming
+        # protects the entries) before any router ran.
+        self._grouped = False
 
     async def append(self, forge: str, event: str, delivery: str, received_at: int, body: bytes) -> bool:
         """True when appended, False when this delivery was seen before.
@@ -50,5 +54,14 @@ class Ingest:
             _BODY, body,
         )  # fmt: skip
         with self._deadlines():
+            if not self._grouped:
+                await ensure_group(self._redis, self._events, ROUTER_GROUP)
+                self._grouped = True
             entry_id = await INGEST(self._redis, keys, args)
         return entry_id is not None
+
+    async def count_ignored(self, forge: str, event: str) -> None:
+        """One more delivery of ``event`` answered 204 (stored nowhere else), so "did the push arrive?" has an
+        answer: ``HGETALL pd:ignored``. A field per forge and event type: bounded by what forges send."""
+        with self._deadlines():
+            await self._redis.hincrby(self._keys.ignored, f"{forge}:{event}", 1)

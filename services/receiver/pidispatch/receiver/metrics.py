@@ -65,6 +65,12 @@ class Metrics:
             ("forge", "outcome", "reason"),
             registry=self.registry,
         )
+        self._ignored = Counter(
+            "pd_receiver_ignored",
+            "Deliveries answered 204 (no rule can act on the event), by forge and event type.",
+            ("forge", "event"),
+            registry=self.registry,
+        )
         previous = Counter(
             "pd_receiver_verified_with_previous_secret",
             "Deliveries verified by the previous secret: when this stays at zero, drop the *_PREVIOUS "
@@ -115,6 +121,9 @@ class Metrics:
         if child is None:
             child = self._outcome_children[key] = self._deliveries.labels(forge, outcome, reason)
         child.inc(amount)
+
+    def ignored(self, forge: str, event: str) -> None:
+        self._ignored.labels(forge, event).inc()
 
     def verified_with_previous(self, forge: str) -> None:
         self._previous[forge].inc()

@@ -8,13 +8,14 @@ from itertools import chain
 from typing import Any
 
 from pidispatch.common.dedup import remembered
-from pidispatch.common.keys import DEDUP_WINDOW_MS, Keys
+from pidispatch.common.keys import DEDUP_WINDOW_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import HostCache, job_needs
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.scripts import ENQUEUE
+from pidispatch.common.streams import ensure_group
 
 Plan = Sequence[tuple[Job, str]]  # (job, semantic key) for every replica of one firing entry
 
@@ -25,6 +26,9 @@ class Enqueuer:
         self.clock = clock
         self.hosts = HostCache(redis, keys, clock)
         self.log = get_logger()
+        # Streams whose `workers` group this process has made sure of: the writer creates the group, so
+        # `XPENDING <stream> workers` answers (and trimming protects the entries) before any worker ran.
+        self.grouped: set[str] = set()
 
     async def stream_for(self, job: Job) -> str:
         """The job's stream: a capable host's, else the shared one. Never raises."""
@@ -46,6 +50,9 @@ class Enqueuer:
         script's replies, an exception in place of a reply that failed."""
         # Per replica: replica ids differ, so replicas spread over capable hosts.
         routed = [[(job, semantic, await self.stream_for(job)) for job, semantic in plan] for plan in plans]
+        for stream in {stream for planned in routed for _, _, stream in planned} - self.grouped:
+            await ensure_group(self.redis, stream, WORKER_GROUP)
+            self.grouped.add(stream)
         now = self.clock()
         async with self.redis.pipeline(transaction=False) as pipe:
             for planned in routed:
