@@ -118,24 +118,28 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     # Every field above is today's re-run, which can differ: the file may have changed, dedup is not re-run.
     stored: Decided | None = None
 
+    def today(self) -> str:
+        """What today's rules would do, in words (the CLI and the status page say it alike)."""
+        if self.outcome == "fire":
+            return f"fire rule #{self.trigger}, job(s) {', '.join(self.jobs)}"
+        if self.outcome == "ask":
+            return f"fire rule #{self.trigger} if the forge says the actor is allowed"
+        return f"drop it, reason {self.reason}"
+
+    def authority(self) -> str:
+        if not self.needs_authority:
+            return "no forge lookup needed"
+        if self.verdict is None:
+            return "needed, not asked"
+        return f"needed, verdict {'allowed' if self.verdict else 'refused'}"
+
     def lines(self) -> list[str]:
         out = [f"delivery {self.delivery}: forge {self.forge}, event {self.event}, "
                f"action {self.action if self.action is not None else '-'}"]
         if self.stored is not None:
             out.append(stored_line(self.stored))
-        if self.outcome == "fire":
-            today = f"fire rule #{self.trigger}, job(s) {', '.join(self.jobs)}"
-        elif self.outcome == "ask":
-            today = f"fire rule #{self.trigger} if the forge says the actor is allowed"
-        else:
-            today = f"drop it, reason {self.reason}"
-        out.append(f"today's rules would: {today}")
-        if not self.needs_authority:
-            out.append("authority: no forge lookup needed")
-        elif self.verdict is None:
-            out.append("authority: needed, not asked")
-        else:
-            out.append(f"authority: needed, verdict {'allowed' if self.verdict else 'refused'}")
+        out.append(f"today's rules would: {self.today()}")
+        out.append(f"authority: {self.authority()}")
         out.append(f"route: {', '.join(self.routes) if self.routes else '-'}")
         out.append("rules:")
         for r in self.rules:

@@ -205,14 +205,6 @@ def trace_html(trace: DeliveryTrace) -> str:
 
 
 def explanation_html(ex: Explanation) -> str:
-    if ex.outcome == "fire":
-        today = f"fire rule #{ex.trigger}, job(s) {', '.join(ex.jobs)}"
-    elif ex.outcome == "ask":
-        today = f"fire rule #{ex.trigger} if the forge says the actor is allowed"
-    else:
-        today = f"drop it, reason {ex.reason}"
-    authority = ("no forge lookup needed" if not ex.needs_authority else "needed, not asked"
-                 if ex.verdict is None else f"needed, verdict {'allowed' if ex.verdict else 'refused'}")
     rules = table(
         ("RULE", "TYPE", "FORGE", "MATCH", "WHY"),
         ((f"#{r.index}", r.type, r.forge, "MATCH" if r.matched else "no", WHY_TEXT.get(r.why, r.why))
@@ -221,7 +213,7 @@ def explanation_html(ex: Explanation) -> str:
     return (
         "<h2>What today's rules would do</h2>"
         f"<p>event <code>{esc(ex.event)}</code>, action <code>{esc(ex.action or '-')}</code></p>"
-        f"<p>today's rules would: {esc(today)}</p><p>authority: {esc(authority)}</p>"
+        f"<p>today's rules would: {esc(ex.today())}</p><p>authority: {esc(ex.authority())}</p>"
         f"<p>route: {esc(', '.join(ex.routes) or '-')}</p>{rules}"
         '<p class="note">the re-run reads the current triggers file and does not re-run dedup: it can differ '
         "from what the router did</p>"
