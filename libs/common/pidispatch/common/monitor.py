@@ -25,14 +25,15 @@ from pidispatch.common.log import get_logger
 Readiness = Callable[[], Sequence[str]]
 
 BIND = "0.0.0.0"  # all interfaces, as RECEIVER_BIND's default: a container's healthcheck comes from outside
-_OK = b'{"status":"ok"}'
-_READY = b'{"status":"ready"}'
+# Shared with the receiver's own /healthz and /readyz, so every service answers alike.
+OK_BODY = b'{"status":"ok"}'
+READY_BODY = b'{"status":"ready"}'
 _NOT_FOUND = b'{"error":"not found"}'
 _METHOD_NOT_ALLOWED = b'{"error":"method not allowed"}'  # the receiver's 405 body
-_READ_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
+READ_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 
 
-def _json(status: int, body: bytes) -> web.Response:
+def json_response(status: int, body: bytes) -> web.Response:
     return web.Response(status=status, body=body, content_type="application/json")
 
 
@@ -88,20 +89,20 @@ class Monitor:
     async def _dispatch(self, request: web.Request) -> web.Response:
         answer = self._routes.get(request.path)
         if answer is None:
-            return _json(404, _NOT_FOUND)
-        if request.method not in _READ_METHODS:
-            return _json(405, _METHOD_NOT_ALLOWED)
+            return json_response(404, _NOT_FOUND)
+        if request.method not in READ_METHODS:
+            return json_response(405, _METHOD_NOT_ALLOWED)
         return answer()
 
     def _healthz(self) -> web.Response:
         """The process serves; deliberately no dependency, so an outage never restarts the service."""
-        return _json(200, _OK)
+        return json_response(200, OK_BODY)
 
     def _readyz(self) -> web.Response:
         down = list(self._readiness())
         if not down:
-            return _json(200, _READY)
-        return _json(503, msgspec.json.encode({"status": "unready", "down": down}))
+            return json_response(200, READY_BODY)
+        return json_response(503, msgspec.json.encode({"status": "unready", "down": down}))
 
     def _metrics(self) -> web.Response:
         return web.Response(

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from pidispatch.common.health import Health
 from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
+from pidispatch.common.monitor import OK_BODY, READ_METHODS, READY_BODY, json_response
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
@@ -43,17 +44,10 @@ READY_TIMEOUT_S = 1.0
 _ACCEPTED = b'{"status":"accepted"}'
 _DUPLICATE = b'{"status":"duplicate"}'
 _SPOOLED = b'{"status":"spooled"}'
-_OK = b'{"status":"ok"}'
-_READY = b'{"status":"ready"}'
 _REDIS_UNREACHABLE = b'{"status":"redis-unreachable"}'
-_READ_METHODS = frozenset({hdrs.METH_GET, hdrs.METH_HEAD})
 # Event names of every forge are lowercase words joined by _ . - (issues, merge_request,
 # ms.vss-code.git-pullrequest-comment-event); anything else a request says is not logged.
 _EVENT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-
-
-def _json(status: int, body: bytes) -> web.Response:
-    return web.Response(status=status, body=body, content_type="application/json")
 
 
 # The event type counted for an ignored delivery whose event header is not a plain name.
@@ -155,34 +149,34 @@ class Receiver:
 
     def _healthz(self, request: web.Request) -> web.Response:
         """The process is alive; deliberately no Redis, so a Redis outage never restarts receivers."""
-        if request.method not in _READ_METHODS:
-            return _json(405, METHOD_NOT_ALLOWED.body)
-        return _json(200, _OK)
+        if request.method not in READ_METHODS:
+            return json_response(405, METHOD_NOT_ALLOWED.body)
+        return json_response(200, OK_BODY)
 
     async def _readyz(self, request: web.Request) -> web.Response:
         """200 while deliveries are taken (Redis answers, or the spool has room); the spool's depth."""
-        if request.method not in _READ_METHODS:
-            return _json(405, METHOD_NOT_ALLOWED.body)
+        if request.method not in READ_METHODS:
+            return json_response(405, METHOD_NOT_ALLOWED.body)
         try:
             await bounded(self._redis.ping(), READY_TIMEOUT_S)
         except (RedisError, OSError) as exc:  # TimeoutError is an OSError
             self._redis_health.failed(error=type(exc).__name__)
             spool = self.spool
             if spool is None:
-                return _json(503, _REDIS_UNREACHABLE)
+                return json_response(503, _REDIS_UNREACHABLE)
             room = spool.size + verify.MAX_BODY_BYTES < spool.max_bytes
             return self._ready_body(200 if room else 503, "spooling" if room else "redis-unreachable")
         self._redis_health.ok()
-        return _json(200, _READY) if self.spool is None else self._ready_body(200, "ready")
+        return json_response(200, READY_BODY) if self.spool is None else self._ready_body(200, "ready")
 
     def _ready_body(self, status: int, state: str) -> web.Response:
         assert self.spool is not None
         body = {"status": state, "spool_depth": self.spool.depth, "spool_bytes": self.spool.size}
-        return _json(status, msgspec.json.encode(body))
+        return json_response(status, msgspec.json.encode(body))
 
     def _metrics(self, request: web.Request) -> web.Response:
-        if request.method not in _READ_METHODS:
-            return _json(405, METHOD_NOT_ALLOWED.body)
+        if request.method not in READ_METHODS:
+            return json_response(405, METHOD_NOT_ALLOWED.body)
         return web.Response(body=self.metrics.render(), headers={hdrs.CONTENT_TYPE: METRICS_CONTENT_TYPE})
 
     async def _deliver(self, arm: Arm, request: web.Request) -> web.StreamResponse:
@@ -253,7 +247,7 @@ class Receiver:
             return self._refuse(name, event, delivery, arm.table.enqueue_failed, "failed", previous)
         outcome = "accepted" if appended else "duplicate"
         self._log_delivery(name, event, delivery, 202, outcome, previous=previous)
-        return _json(202, _ACCEPTED if appended else _DUPLICATE)
+        return json_response(202, _ACCEPTED if appended else _DUPLICATE)
 
     async def _append(self, record: Record) -> bool | str:
         """True appended, False a duplicate; the error's class name when Redis did not take it in time."""
@@ -283,7 +277,7 @@ class Receiver:
             return None
         self._spool_health.ok()
         self._log_delivery(record.forge, record.event, record.delivery, 202, "spooled", previous=previous)
-        return _json(202, _SPOOLED)
+        return json_response(202, _SPOOLED)
 
     async def drain_spool(self) -> None:
         """Append what the spool holds, in order, whenever Redis takes it; runs for the app's lifetime."""
@@ -317,7 +311,7 @@ class Receiver:
         previous: bool = False,
     ) -> web.Response:
         self._log_delivery(forge, event, delivery, refusal.status, outcome, refusal.reason, previous)
-        return _json(refusal.status, refusal.body)
+        return json_response(refusal.status, refusal.body)
 
     def _log_delivery(
         self,
