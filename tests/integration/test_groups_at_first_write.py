@@ -37,9 +37,15 @@ async def test_the_receivers_first_append_creates_the_router_group(redis: Redis,
 async def test_the_routers_first_enqueue_creates_the_workers_group(redis: Redis, keys: Keys) -> None:
     enqueuer = Enqueuer(redis, keys, lambda: 1_000_000)
     job = Job(id="local-first-write", kind="local", repo="local:x", folder="/srv/x", task="t")
-    [(ids, replies)] = await enqueuer.enqueue([[(job, "semantic-first-write")]])
+    [(ids, streams, replies)] = await enqueuer.enqueue([[(job, "semantic-first-write")]], ["7-0"])
     assert ids == [job.id] and not any(isinstance(r, Exception) for r in replies)
+    assert streams == [keys.jobs]
     assert await _groups(redis, keys.jobs) == {WORKER_GROUP: "0-0"}
     assert (await redis.xpending(keys.jobs, WORKER_GROUP))["pending"] == 0
     got = await read_group(redis, WORKER_GROUP, "w-1", {keys.jobs: ">"}, count=10)
     assert [fields["id"] for _, _, fields in got] == [job.id]
+    # The job's state hash names the stream and entry it went to and the pd:events entry it came from.
+    [(_, entry_id, _)] = got
+    state = await redis.hmget(keys.job(job.id), ["state", "stream", "entry", "eventEntry"])
+    assert [text(v) for v in state] == ["queued", keys.jobs, entry_id, "7-0"]
+    assert [text(r) for r in replies[0]] == ["queued", entry_id]

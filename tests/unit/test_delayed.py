@@ -64,7 +64,8 @@ async def test_schedule_acks_the_entry_and_adds_the_envelope_in_one_step(redis: 
     assert envelope.fields == entry_fields("gh-1")
     assert list(json.loads(member)) == ["attempt", "fields", "id", "stream"]  # compact, sorted keys
     state = await redis.hgetall(keys.job("gh-1"))
-    assert state == {b"state": b"delayed", b"dueAt": str(due).encode()}
+    # While it waits the job has no entry: its hash names the zset as where it is.
+    assert state == {b"state": b"delayed", b"dueAt": str(due).encode(), b"stream": keys.delayed.encode()}
     assert 0 < await redis.ttl(keys.job("gh-1")) <= JOB_STATE_TTL_S
 
 
@@ -96,12 +97,19 @@ async def test_only_due_members_are_promoted_with_fields_in_order_and_state_queu
     later = await delayed.find_delayed(redis, keys, "later")
     assert later is not None
     assert await redis.zrange(keys.delayed, 0, -1) == [later.member.encode()]
-    [(_, fields)] = (await redis.xrange(keys.jobs, "-", "+"))[stream_before:]
+    [(now_entry, fields)] = (await redis.xrange(keys.jobs, "-", "+"))[stream_before:]
     assert list(fields) == [b"id", b"kind", b"repo", b"attempt", b"job"]
     assert fields[b"id"] == b"now" and fields[b"attempt"] == b"2"
-    [(_, host_fields)] = await redis.xrange(keys.host_jobs("h1"))
+    [(extra_entry, host_fields)] = await redis.xrange(keys.host_jobs("h1"))
     assert list(host_fields) == [b"id", b"kind", b"repo", b"attempt", b"job", b"aa", b"zz"]
-    assert await redis.hgetall(keys.job("now")) == {b"state": b"queued"}
+    # Promoted: queued again, and the hash names the stream and the new entry (dueAt and the zset gone).
+    assert await redis.hgetall(keys.job("now")) == {
+        b"state": b"queued", b"stream": keys.jobs.encode(), b"entry": now_entry
+    }
+    assert await redis.hmget(keys.job("extra"), ["stream", "entry"]) == [
+        keys.host_jobs("h1").encode(), extra_entry
+    ]
+    assert 0 < await redis.ttl(keys.job("now")) <= JOB_STATE_TTL_S
     assert (await redis.hget(keys.job("later"), "state")) == b"delayed"
     assert await delayed.promote_due(redis, keys) == 0
 

@@ -41,14 +41,17 @@ redis.call('EXPIREAT', KEYS[1], ARGV[2])
 return redis.call('XADD', KEYS[#KEYS], '*', unpack(ARGV, 3))
 """)
 
-# Enqueue a job at most once: exact id first (31 days, common.dedup), then the semantic window.
-# KEYS: its jobid buckets (today's first), dedup key, job stream. ARGV: job id, its digest, today's bucket
-# expiry (unix s), dedup ttl (ms), then field/value pairs.
-# Returns {'queued', entry id} | {'duplicate', job id} | {'deduplicated', surviving job id}.
+# Enqueue a job at most once: exact id first (31 days, common.dedup), then the semantic window. A queued
+# job's state hash says where it waits (stream, entry) and which pd:events entry made it, in the same step.
+# KEYS: its jobid buckets (today's first), dedup key, job state hash, job stream. ARGV: job id, its digest,
+# today's bucket expiry (unix s), dedup ttl (ms), state ttl (s), pd:events entry id ('' for a local job),
+# then field/value pairs.
+# Returns {'queued', entry id} | {'duplicate', job id, its stored eventEntry or ''}
+#   | {'deduplicated', surviving job id}.
 ENQUEUE = Script(_KNOWN_LUA + """
-local dedup, stream = KEYS[#KEYS - 1], KEYS[#KEYS]
-if known(1, #KEYS - 2, ARGV[2]) then
-  return {'duplicate', ARGV[1]}
+local dedup, job, stream = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+if known(1, #KEYS - 3, ARGV[2]) then
+  return {'duplicate', ARGV[1], redis.call('HGET', job, 'eventEntry') or ''}
 end
 local survivor = redis.call('GET', dedup)
 if survivor and survivor ~= ARGV[1] then
@@ -57,7 +60,10 @@ end
 redis.call('APPEND', KEYS[1], ARGV[2])
 redis.call('EXPIREAT', KEYS[1], ARGV[3])
 redis.call('SET', dedup, ARGV[1], 'PX', ARGV[4])
-return {'queued', redis.call('XADD', stream, '*', unpack(ARGV, 5))}
+local id = redis.call('XADD', stream, '*', unpack(ARGV, 7))
+redis.call('HSET', job, 'state', 'queued', 'stream', stream, 'entry', id, 'eventEntry', ARGV[6])
+redis.call('EXPIRE', job, ARGV[5])
+return {'queued', id}
 """)
 
 # One bounded trim step: cut whole nodes older than ARGV[1], at most ARGV[2] entries, and count them so
@@ -90,7 +96,8 @@ return added
 """)
 
 # Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
-# KEYS: source stream, target stream. ARGV: group, entry id.
+# The job's state hash, when given, then names the new stream and entry (the entry's ``id`` field names it).
+# KEYS: source stream, target stream[, job state hash]. ARGV: group, entry id, state ttl s.
 # Returns the new entry id, or false when the entry is gone or was delivered meanwhile.
 REROUTE_MOVE = Script("""
 local entry = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
@@ -117,6 +124,10 @@ for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
 end
 local id = redis.call('XADD', KEYS[2], '*', unpack(entry[1][2]))
 redis.call('XDEL', KEYS[1], ARGV[2])
+if KEYS[3] then
+  redis.call('HSET', KEYS[3], 'stream', KEYS[2], 'entry', id)
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
 return id
 """)
 
@@ -136,6 +147,7 @@ return 0
 
 # Move a pending entry into the zset and ack it, atomically. Reads first, writes last: Redis does not roll
 # back a script that fails midway, so nothing is written unless every write can happen.
+# The state hash's ``stream`` names the zset while the job waits there (it has no entry meanwhile).
 # KEYS: source stream, delayed zset, job state hash. ARGV: group, entry id, delay ms, envelope, state ttl s.
 # Returns the due time (ms, server clock), or false when the entry is not pending (someone acked it).
 DELAYED_SCHEDULE = Script("""
@@ -145,7 +157,8 @@ end
 local t = redis.call('TIME')
 local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[3])
 redis.call('ZADD', KEYS[2], due, ARGV[4])
-redis.call('HSET', KEYS[3], 'state', 'delayed', 'dueAt', string.format('%d', due))
+redis.call('HSET', KEYS[3], 'state', 'delayed', 'dueAt', string.format('%d', due), 'stream', KEYS[2])
+redis.call('HDEL', KEYS[3], 'entry')
 redis.call('EXPIRE', KEYS[3], ARGV[5])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 return due
@@ -153,6 +166,7 @@ return due
 
 # Promote up to ARGV[1] due members. The target stream is named inside each envelope rather than in
 # KEYS: fine on the single-node Redis this deployment runs (6.2 allows it), not on a cluster.
+# Each promoted job's state hash says queued and names its stream and new entry.
 # KEYS: delayed zset, dead stream. ARGV: batch, job state key prefix, state ttl s, dead maxlen, dead reason.
 # Returns how many entries were appended.
 DELAYED_PROMOTE = Script("""
@@ -195,11 +209,11 @@ for _, member in ipairs(due) do
     local added = false
     if args then
       -- pcall: a stream key of the wrong type must not abort the batch after earlier members moved.
-      added = type(redis.pcall('XADD', env.stream, '*', unpack(args))) == 'string'
+      added = redis.pcall('XADD', env.stream, '*', unpack(args))
     end
-    if added then
+    if type(added) == 'string' then
       local job = ARGV[2] .. env.id
-      redis.call('HSET', job, 'state', 'queued')
+      redis.call('HSET', job, 'state', 'queued', 'stream', env.stream, 'entry', added)
       redis.call('HDEL', job, 'dueAt')
       redis.call('EXPIRE', job, ARGV[3])
       moved = moved + 1

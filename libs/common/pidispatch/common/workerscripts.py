@@ -9,15 +9,18 @@ from pidispatch.common.luascript import Script
 
 # Hand a job this worker holds but cannot serve to another host's stream, at most once per delivery:
 # the copy is appended and the source entry acked together, and only while that entry is still pending
-# for the group (a peer that took it over meanwhile keeps it).
-# KEYS: source stream, target stream. ARGV: group, entry id, then field/value pairs for the copy.
+# for the group (a peer that took it over meanwhile keeps it). The job's state hash then names the copy.
+# KEYS: source stream, target stream, job state hash. ARGV: group, entry id, state ttl s, then field/value
+# pairs for the copy.
 # Returns the new entry id, or false when the entry is no longer pending.
 FORWARD = Script("""
 if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
   return false
 end
-local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
+local id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[3], 'stream', KEYS[2], 'entry', id)
+redis.call('EXPIRE', KEYS[3], ARGV[3])
 return id
 """)
 

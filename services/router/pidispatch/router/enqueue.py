@@ -8,7 +8,7 @@ from itertools import chain
 from typing import Any
 
 from pidispatch.common.dedup import remembered
-from pidispatch.common.keys import DEDUP_WINDOW_MS, WORKER_GROUP, Keys
+from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
@@ -45,9 +45,12 @@ class Enqueuer:
         self.log.info("forge_job_routed", kind=job.kind, host=host, needs=",".join(needs))
         return self.keys.host_jobs(host)
 
-    async def enqueue(self, plans: Sequence[Plan]) -> list[tuple[list[str], list[Any]]]:
-        """Route, then enqueue every job of every plan in one pipeline. Per plan: its job ids and the
-        script's replies, an exception in place of a reply that failed."""
+    async def enqueue(
+        self, plans: Sequence[Plan], entries: Sequence[str]
+    ) -> list[tuple[list[str], list[str], list[Any]]]:
+        """Route, then enqueue every job of every plan in one pipeline. ``entries[i]`` is the pd:events entry
+        id plan ``i`` came from (its jobs' state hashes keep it). Per plan: its job ids, the stream each was
+        routed to, and the script's replies, an exception in place of a reply that failed."""
         # Per replica: replica ids differ, so replicas spread over capable hosts.
         routed = [[(job, semantic, await self.stream_for(job)) for job, semantic in plan] for plan in plans]
         for stream in {stream for planned in routed for _, _, stream in planned} - self.grouped:
@@ -55,19 +58,21 @@ class Enqueuer:
             self.grouped.add(stream)
         now = self.clock()
         async with self.redis.pipeline(transaction=False) as pipe:
-            for planned in routed:
+            for planned, event_entry in zip(routed, entries, strict=True):
                 for job, semantic, stream in planned:
                     pairs = list(chain.from_iterable(job_to_fields(job).items()))
                     # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
                     known = remembered(self.keys.jobid, job.id, now)
                     ENQUEUE.in_pipeline(
                         pipe,
-                        [*known.buckets, self.keys.dedup(semantic), stream],
-                        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, *pairs],
+                        [*known.buckets, self.keys.dedup(semantic), self.keys.job(job.id), stream],
+                        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S,
+                         event_entry, *pairs],
                     )
             replies = await pipe.execute(raise_on_error=False)
         out, at = [], 0
         for planned in routed:
-            out.append(([job.id for job, _, _ in planned], replies[at:at + len(planned)]))
+            ids, streams = [job.id for job, _, _ in planned], [stream for _, _, stream in planned]
+            out.append((ids, streams, replies[at:at + len(planned)]))
             at += len(planned)
         return out

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from pidispatch.common.cronpattern import schedule_of
 from pidispatch.common.health import Health
-from pidispatch.common.keys import REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
+from pidispatch.common.keys import JOB_STATE_TTL_S, REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields, job_from_fields, text
 from pidispatch.common.redis import Redis
@@ -121,7 +121,10 @@ class _Rerouter:
                     target = None  # a local job's folder is on that host's disk: it waits for its host
                 if target is None:
                     continue
-                if await REROUTE_MOVE(self.redis, [stream, target], [WORKER_GROUP, entry_id]):
+                # The moved job's state hash names its new place; an entry without an id has none.
+                job_id = fields.get("id")
+                moving = [stream, target, *([self.keys.job(job_id)] if job_id else [])]
+                if await REROUTE_MOVE(self.redis, moving, [WORKER_GROUP, entry_id, JOB_STATE_TTL_S]):
                     moved += 1
             if len(page) < REROUTE_PAGE:
                 return moved

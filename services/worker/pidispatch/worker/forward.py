@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain
 
-from pidispatch.common.keys import WORKER_GROUP
+from pidispatch.common.keys import JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.registry import HostRow, is_live, job_needs, pick_host, read_live_hosts
@@ -44,8 +44,8 @@ async def forward_if_unservable(ctx: WorkerContext, held: Held, job: Job) -> boo
         return False
     fields = {**held.fields, FORWARDED_FIELD: ctx.host}
     moved = await FORWARD(
-        ctx.redis, [held.stream, ctx.keys.host_jobs(target)],
-        [WORKER_GROUP, held.entry_id, *chain.from_iterable(fields.items())],
+        ctx.redis, [held.stream, ctx.keys.host_jobs(target), ctx.keys.job(job.id)],
+        [WORKER_GROUP, held.entry_id, JOB_STATE_TTL_S, *chain.from_iterable(fields.items())],
     )
     if moved:
         get_logger().info("job_forwarded", job=job.id, to_host=target, needs=",".join(needs))

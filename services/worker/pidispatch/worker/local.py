@@ -340,7 +340,7 @@ async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple
     """The ENQUEUE call on an open client: (``queued``|``duplicate``, job id, state). Redis errors
     propagate. The job id is the dedup key, so every caller racing with the same id queues one job."""
     from pidispatch.common.dedup import remembered
-    from pidispatch.common.keys import DEDUP_WINDOW_MS
+    from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S
     from pidispatch.common.runtime import now_ms
     from pidispatch.common.scripts import ENQUEUE
 
@@ -348,10 +348,11 @@ async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple
     known = remembered(keys.jobid, job.id, job.enqueued_at or now_ms())
     reply = await ENQUEUE(
         redis,
-        [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream],
-        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, *pairs],
+        [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), keys.job(job.id), stream],
+        # No pd:events entry made a local job: its state hash keeps eventEntry ''.
+        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, "", *pairs],
     )
-    status, value = (text(r) for r in reply)
+    status, value = text(reply[0]), text(reply[1])
     if status == "queued":
         return "queued", job.id, "queued"
     raw = await redis.hget(keys.job(value), "state")

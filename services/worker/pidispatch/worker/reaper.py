@@ -27,6 +27,15 @@ from pidispatch.worker.lifecycle import TERMINAL_STATES
 from pidispatch.worker.runner import force_remove
 
 PENDING_MAX = 10_000
+# What the stream-side scripts write into pd:job:<id> wherever a job is (re)queued: where it waits, not
+# that anything ran. A hash holding only these (and state queued) tells the reaper what an absent one did.
+LOCATION_FIELDS = frozenset({"stream", "entry", "eventEntry"})
+
+
+def _says_nothing_ran(job_state: Mapping[str, str]) -> bool:
+    """Pure: no job owns a container by this state (absent, or only where the job is queued)."""
+    rest = {k: v for k, v in job_state.items() if k not in LOCATION_FIELDS}
+    return not rest or rest == {"state": "queued"}
 
 
 def should_remove(
@@ -41,7 +50,8 @@ def should_remove(
         return True
     if recorded_attempt is not None and job_state.get("attempt") in (None, str(recorded_attempt)):
         return True  # this attempt is recorded (it waits in pd:delayed for a retry, or the ack is done)
-    return not job_state  # no job owns it any more (its state expired, or it never had one)
+    # No job owns it any more: its state expired, or it never had one beyond where it was queued.
+    return _says_nothing_ran(job_state)
 
 
 async def _owned_jobs(ctx: WorkerContext, streams: list[str]) -> set[str]:
