@@ -23,7 +23,8 @@ async def _enqueue_reply(
     known = remembered(keys.jobid, job_id, at_ms)
     reply = await ENQUEUE(
         redis, [*known.buckets, keys.dedup(semantic), keys.job(job_id), keys.jobs],
-        [job_id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry, "id", job_id],
+        [job_id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry,
+         "id", job_id],
     )
     return [r.decode() for r in reply]
 

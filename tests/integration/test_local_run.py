@@ -106,11 +106,16 @@ async def test_forced_dirty_run_lands_on_this_hosts_stream_without_any_target_te
     done = cli(base_env, str(tmp_path / "." / "app"), "--task", "make the tests pass", "--flow", "fix",
                "--max-turns", "7", "--force")
     assert done.returncode == 0, done.stderr
-    [fields] = await entries(redis, keys.host_jobs("testhost"))
+    [(entry_id, fields)] = await redis.xrange(keys.host_jobs("testhost"))
     assert await redis.xlen(keys.jobs) == 0
     assert sorted(fields) == [b"attempt", b"id", b"job", b"kind", b"repo"]
     job, attempt = job_from_fields(fields)
     assert done.stdout == f"queued {job.id} for folder app\n"
+    # Its state hash says where it waits; no pd:events entry made it.
+    assert await redis.hgetall(keys.job(job.id)) == {
+        b"state": b"queued", b"stream": keys.host_jobs("testhost").encode(), b"entry": entry_id,
+        b"eventEntry": b"",
+    }
     assert (fields[b"kind"], fields[b"repo"], attempt) == (b"local", b"local:app", 1)
     assert (job.folder, job.task, job.flow, job.max_turns) == (str(repo), "make the tests pass", "fix", 7)
     assert job.target is None

@@ -10,8 +10,17 @@ from typing import Any
 import pytest
 import structlog
 
-from pidispatch.common.keys import WORKER_GROUP, Keys
-from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_from_fields, job_to_fields
+from pidispatch.common.keys import JOB_STATE_TTL_S, WORKER_GROUP, Keys
+from pidispatch.common.models import (
+    Job,
+    Matched,
+    Sender,
+    Target,
+    Trigger,
+    job_from_fields,
+    job_to_fields,
+    text,
+)
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.streams import ensure_group, read_group
@@ -80,6 +89,16 @@ async def test_a_dead_hosts_unread_jobs_move_and_its_read_job_stays(redis: Redis
     assert [(p["message_id"].decode(), p["consumer"].decode()) for p in pending] == [(held, "gone")]
     assert [(await redis.xrange(live_stream))[0][0].decode()] == [untouched]
     assert [(e["from_host"], e["count"]) for e in logs if e["event"] == "jobs_rerouted"] == [("gone", 3)]
+    # Each moved job's state hash names its new stream and entry (XRANGE finds it there, renewed TTL);
+    # the jobs that stayed were not touched.
+    for job, stream in ((bound[0], keys.host_jobs("mini1")), (bound[1], keys.host_jobs("mini1")),
+                        (plain, keys.jobs)):
+        named, entry = (text(v) for v in await redis.hmget(keys.job(job.id), ["stream", "entry"]))
+        assert named == stream
+        [(_, found)] = await redis.xrange(stream, entry, entry)
+        assert job_from_fields(found)[0].id == job.id
+        assert 0 < await redis.ttl(keys.job(job.id)) <= JOB_STATE_TTL_S
+    assert not await redis.exists(keys.job(read_by_it.id), keys.job(local.id))
 
     # A second pass finds nothing left to move.
     assert await reroute_orphans(redis, keys, now_ms()) == 0

@@ -25,10 +25,12 @@ from pidispatch.worker.reaper import should_remove
         # No job owns it any more.
         (False, "exited", {}, None, True),
         # Only where the job was queued (written by ENQUEUE, a move or a promotion): as good as no state.
-        (False, "exited", {"state": "queued", "stream": "pd:jobs", "entry": "1-0", "eventEntry": ""}, None, True),
+        (False, "exited", {"state": "queued", "stream": "pd:jobs", "entry": "1-0", "eventEntry": ""}, None,
+         True),
         (False, "running", {"stream": "pd:jobs:host:b", "entry": "2-0"}, None, True),
         # A queued retry still carries its last attempt: kept as before, it is not "nothing ran".
-        (False, "exited", {"state": "queued", "stream": "pd:jobs", "entry": "3-0", "attempt": "1"}, None, False),
+        (False, "exited", {"state": "queued", "stream": "pd:jobs", "entry": "3-0", "attempt": "1"}, None,
+         False),
         (False, "exited", {"state": "delayed", "stream": "pd:delayed", "dueAt": "9"}, None, False),
     ],
 )
