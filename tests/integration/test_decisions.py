@@ -9,11 +9,13 @@ from pidispatch.common.dedup import DAY_MS
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.router import decisions, jobs
+from pidispatch.router import decisionlog, decisions, jobs
+from pidispatch.router.decision import Subject
 from pidispatch.router.decisions import RouteOutcome
 from tests.support.decisions import bucket_of
 
 FORGE = jobs.FORGES[0].name
+LOG = decisions.Logging(Subject("issues", "labeled", "acme/app#1"), replay=False, cap=100)
 
 
 def entry_at(ms: int, seq: int = 0) -> str:
@@ -22,7 +24,8 @@ def entry_at(ms: int, seq: int = 0) -> str:
 
 async def write(redis: Redis, keys: Keys, delivery: str, entry: str, outcome: RouteOutcome) -> None:
     async with redis.pipeline(transaction=True) as pipe:
-        decisions.record(pipe, keys, FORGE, delivery, entry, outcome, int(entry.partition("-")[0]) + 7)
+        decided_at = int(entry.partition("-")[0]) + 7
+        decisions.record(pipe, keys, FORGE, delivery, entry, outcome, decided_at, LOG)
         await pipe.execute()
 
 
@@ -38,17 +41,18 @@ async def test_a_decision_is_found_by_its_entry_and_by_its_delivery(redis: Redis
     assert await decisions.read(redis, keys, FORGE, "d-2", None) is None
 
 
-async def test_stream_rows_read_their_own_days_decisions_in_one_go(redis: Redis, keys: Keys) -> None:
+async def test_each_entry_reads_its_own_days_decision_and_by_delivery_alone_the_newest_wins(
+    redis: Redis, keys: Keys
+) -> None:
     today = now_ms()
     old, new = entry_at(today - 2 * DAY_MS), entry_at(today)
     survivor = jobs.job_id(FORGE, "d-0")
     await write(redis, keys, "d-1", old, RouteOutcome("dropped", reason="no-allowlisted-label"))
-    await write(redis, keys, "d-1", new, RouteOutcome("deduplicated", jobs=(survivor,), trigger=0))
-    rows = [(FORGE, "d-1", new), (FORGE, "d-1", old), (FORGE, "d-3", new)]
-    found = await decisions.read_rows(redis, keys, rows)
+    await write(redis, keys, "d-1", new, RouteOutcome("deduplicated", "semantic-window", (survivor,), 0))
+    asked = [("d-1", new), ("d-1", old), ("d-3", new)]
+    found = [await decisions.read(redis, keys, FORGE, delivery, entry) for delivery, entry in asked]
     assert [d.outcome if d else None for d in found] == ["deduplicated", "dropped", None]
-    assert found[0] is not None and found[0].jobs == [survivor]
-    # By delivery alone, the newest day wins.
+    assert found[0] is not None and (found[0].jobs, found[0].reason) == ([survivor], "semantic-window")
     latest = await decisions.read(redis, keys, FORGE, "d-1", None)
     assert latest is not None and latest.entry == new
 
@@ -85,8 +89,8 @@ async def test_a_parked_entry_is_dead_with_its_pending_time_and_last_reason(redi
     assert await decisions.parked_reason(redis, keys, FORGE, "d-1", entry) == "lookup-failed"
     assert await decisions.parked_reason(redis, keys, FORGE, "d-2", entry) == "max-deliveries"
     pending = await decisions.read(redis, keys, FORGE, "d-1", entry)
-    await decisions.record_dead(redis, keys, FORGE, "d-1", entry, "lookup-failed")
-    await decisions.record_dead(redis, keys, FORGE, "d-2", entry, "malformed-event")
+    for delivery, reason in [("d-1", "lookup-failed"), ("d-2", "malformed-event")]:
+        await decisions.record_dead(redis, keys, FORGE, delivery, entry, reason, LOG)
     dead = await decisions.read(redis, keys, FORGE, "d-1", entry)
     assert pending is not None and dead is not None
     assert (dead.outcome, dead.reason, dead.jobs, dead.trigger) == ("dead", "lookup-failed", [], None)
@@ -94,3 +98,8 @@ async def test_a_parked_entry_is_dead_with_its_pending_time_and_last_reason(redi
     never = await decisions.read(redis, keys, FORGE, "d-2", None)
     assert never is not None and (never.outcome, never.decided_at) == ("dead", None)
     assert 0 < await redis.ttl(bucket_of(keys, FORGE, "d-2", entry)) <= 8 * 24 * 3600
+    logged = await decisionlog.newest(redis, keys, 10)
+    assert sorted((d.delivery, d.outcome, d.reason) for d in logged) == [
+        ("d-1", "dead", "lookup-failed"), ("d-1", "pending", "lookup-failed:network"),
+        ("d-2", "dead", "malformed-event"),
+    ]

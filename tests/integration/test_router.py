@@ -21,7 +21,7 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.common.streams import ensure_group, read_group
-from pidispatch.router import pipeline
+from pidispatch.router import decisionlog, pipeline
 from pidispatch.router.service import run_router
 from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
 from tests.support.decisions import bucket_of, decision_fields
@@ -254,7 +254,7 @@ async def test_poison_event_goes_to_dead_and_does_not_block_the_next(
 async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deliveries(
     base_env: dict[str, str], redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_plan = pipeline.plan
+    real_plan = pipeline.planned
     calls: list[str] = []
 
     def flaky(event: Event, rules: Rules, self_ids: Any) -> Any:
@@ -263,7 +263,7 @@ async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deli
             raise RuntimeError("bug in a filter")
         return real_plan(event, rules, self_ids)
 
-    monkeypatch.setattr(pipeline, "plan", flaky)
+    monkeypatch.setattr(pipeline, "planned", flaky)
     settings = settings_for(base_env, PD_CLAIM_IDLE_MS="100", PD_MAX_DELIVERIES="2")
     async with running_router(settings, redis, keys, rules_of(BUG_RULE)):
         _, boom_entry = await append(redis, keys, delivery="boom")
@@ -280,14 +280,14 @@ async def test_an_entry_that_keeps_failing_is_retried_then_parked_after_max_deli
 async def test_a_pending_entry_deleted_from_the_stream_is_acked_not_claimed_for_ever(
     base_env: dict[str, str], redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_plan = pipeline.plan
+    real_plan = pipeline.planned
 
     def fails_once(event: Event, rules: Rules, self_ids: Any) -> Any:
         if event.delivery == "doomed":
             raise RuntimeError("a bug, once")
         return real_plan(event, rules, self_ids)
 
-    monkeypatch.setattr(pipeline, "plan", fails_once)
+    monkeypatch.setattr(pipeline, "planned", fails_once)
     with structlog.testing.capture_logs() as logs:
         async with running_router(settings_for(base_env), redis, keys, rules_of(BUG_RULE)):
             _, entry = await append(redis, keys, delivery="doomed")
@@ -349,3 +349,85 @@ def test_router_refuses_bad_triggers_file_with_exit_2(
     )
     assert proc.returncode == 2
     assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+async def _log(redis: Redis, keys: Keys) -> list[decisionlog.Logged]:
+    return await decisionlog.newest(redis, keys, 1_000)
+
+
+async def test_every_outcome_reads_in_the_decision_log_with_what_the_delivery_was_about(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    unlabeled = (FIXTURES / "github" / "issues.unlabeled.json").read_text()
+    async with running_router(settings_for(base_env), redis, keys, rules_of(BUG_RULE)):
+        first, _ = await append(redis, keys)
+        await wait_for(lambda: decision(redis, keys, first), what="the first decision")
+        second, _ = await append(redis, keys)  # the same issue and rule within 10 minutes
+        dropped, _ = await append(redis, keys, body=unlabeled)
+        broken, _ = await append(redis, keys, body="{")
+        await wait_for(lambda: decision(redis, keys, broken), what="the last decision")
+        # An operator's replay of the first: its job id exists already, from the first entry.
+        fields = Event(forge="github", event="issues", delivery=first, received_at=now_ms(), body=LABELED)
+        await redis.xadd(keys.events, {**fields.to_fields(), "replayedAt": "1"})  # type: ignore[dict-item]
+        await wait_for(lambda: _count(redis, keys, 5), what="the replay's line")
+    rows = {(d.delivery, d.replay): d for d in await _log(redis, keys)}
+    jobs_of_first = (f"gh-{first}",)
+    queued = rows[first, False]
+    assert (queued.outcome, queued.event, queued.action, queued.target) == (
+        "queued", "issues", "labeled", "Codertocat/Hello-World#1"
+    )
+    assert (queued.jobs, queued.streams, queued.trigger) == (jobs_of_first, (keys.jobs,), 0)
+    window = rows[second, False]
+    assert (window.outcome, window.reason, window.jobs, window.streams) == (
+        "deduplicated", "semantic-window", jobs_of_first, ()
+    )
+    replay = rows[first, True]
+    assert (replay.outcome, replay.reason, replay.jobs) == ("deduplicated", "job-id", jobs_of_first)
+    assert (rows[dropped, False].outcome, rows[dropped, False].action) == ("dropped", "unlabeled")
+    assert (rows[broken, False].outcome, rows[broken, False].reason) == ("dead", "malformed-event")
+    # The raw lines, as redis-cli shows them: one line each, the time first, newest first.
+    raw = [m.decode() for m in await redis.zrevrange(keys.decisions, 0, -1)]
+    assert raw[0].split(" ")[1:4] == ["deduplicated", "github", "issues/labeled"] and "replay=yes" in raw[0]
+    assert all(line[:4].isdigit() and line[23] == "Z" for line in raw)
+    # Where the queued job is, without scanning a stream.
+    located = await redis.hmget(keys.job(f"gh-{first}"), ["stream", "eventEntry"])
+    assert _s(located[0]) == keys.jobs and _s(located[1]) == queued.entry
+
+
+async def _count(redis: Redis, keys: Keys, n: int) -> bool:
+    return int(await redis.zcard(keys.decisions)) >= n
+
+
+async def test_the_decision_log_keeps_the_newest_lines_up_to_events_maxlen(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    unlabeled = (FIXTURES / "github" / "issues.unlabeled.json").read_text()
+    settings = settings_for(base_env, PD_EVENTS_MAXLEN="100")
+    async with running_router(settings, redis, keys, rules_of(BUG_RULE)):
+        deliveries = [(await append(redis, keys, body=unlabeled))[0] for _ in range(130)]
+        await wait_for(lambda: decision(redis, keys, deliveries[-1]), what="the last decision")
+        await wait_for(lambda: _zero(redis, keys), what="every entry acked")
+    logged = await _log(redis, keys)
+    assert len(logged) == 100 == await redis.zcard(keys.decisions)
+    assert [d.decided_at for d in logged] == sorted((d.decided_at for d in logged), reverse=True)
+    # What was cut was decided no later than anything kept (lines of one millisecond order by their text).
+    kept = {d.delivery for d in logged}
+    cut = [int((await decision(redis, keys, d))["decidedAt"]) for d in deliveries if d not in kept]
+    assert len(cut) == 30 and max(cut) <= logged[-1].decided_at
+
+
+async def test_an_entry_an_older_receiver_wrote_is_still_routed(
+    base_env: dict[str, str], redis: Redis, keys: Keys
+) -> None:
+    """A rolling upgrade: the entry names its receive time ``received_at``, as receivers before the
+    camelCase fields did."""
+    delivery = str(uuid.uuid4())
+    fields = {"forge": "github", "event": "issues", "delivery": delivery, "received_at": "1764583200000",
+              "body": LABELED}
+    await redis.xadd(keys.events, fields)  # type: ignore[arg-type]
+    async with running_router(settings_for(base_env), redis, keys, rules_of(BUG_RULE)):
+        found = await wait_for(lambda: decision(redis, keys, delivery), what="the decision")
+    assert (found["outcome"], found["jobs"]) == ("queued", f"gh-{delivery}")
+    [(_, entry)] = await redis.xrange(keys.jobs)
+    job, _ = job_from_fields(entry)
+    assert job.trigger is not None and job.trigger.delivery_id == delivery

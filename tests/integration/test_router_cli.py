@@ -13,6 +13,7 @@ from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.router import decisions
+from pidispatch.router.decision import Subject
 from pidispatch.router.decisions import RouteOutcome
 from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
@@ -59,7 +60,10 @@ async def test_events_explain_and_replay_after_fixing_the_triggers_file(
         [row] = json.loads(listing.stdout)
         assert (row["delivery"], row["outcome"]) == (delivery, "dropped")
         assert row["reason"] == "no-allowlisted-label"
-        assert "Codertocat" not in listing.stdout  # ids and tokens only
+        # Ids, tokens and the item reference only: no title, and the sender's login (here also the repository
+        # owner's) only inside the target.
+        assert row["target"] == "Codertocat/Hello-World#1" and listing.stdout.count("Codertocat") == 1
+        assert "Spelling" not in listing.stdout
 
         why = cli(base_env, "explain", delivery)
         assert why.returncode == 0, why.stderr
@@ -86,9 +90,11 @@ async def test_events_explain_and_replay_after_fixing_the_triggers_file(
 
         # A second replay cannot make a second job: the job id is the delivery's.
         assert cli(base_env, "replay", delivery).returncode == 0
-        await wait_for(lambda: len(router.logged("enqueued")) == 2, timeout=15, what="the second replay")
-        assert await redis.xlen(keys.jobs) == 1
-        assert [line["existing"] for line in router.logged("enqueued")] == [False, True]
+        await wait_for(lambda: router.logged("deduplicated"), timeout=15, what="the second replay")
+        assert await redis.xlen(keys.jobs) == 1 and len(router.logged("enqueued")) == 1
+        found = await decision_fields(redis, keys, "github", delivery)
+        assert (found["outcome"], found["reason"]) == ("deduplicated", "job-id")
+        assert found["jobs"] == f"gh-{delivery}"
     finally:
         assert router.stop() == 0
 
@@ -111,7 +117,8 @@ async def test_explain_says_the_stored_deduplicated_decision_before_what_todays_
     survivor = f"gh-{uuid.uuid4()}"
     async with redis.pipeline(transaction=True) as pipe:
         decided = RouteOutcome("deduplicated", jobs=(survivor,), trigger=0)
-        decisions.record(pipe, keys, "github", delivery, entry.decode(), decided, 1_767_323_045_000)
+        log = decisions.Logging(Subject("issues", "labeled"), replay=False, cap=100)
+        decisions.record(pipe, keys, "github", delivery, entry.decode(), decided, 1_767_323_045_000, log)
         await pipe.execute()
 
     why = cli(base_env, "explain", delivery)
@@ -172,21 +179,25 @@ async def test_events_shows_a_replay_as_a_replay_and_a_cancelled_job_as_cancelle
         assert replayed.returncode == 0, replayed.stderr
         answer = json.loads(replayed.stdout)  # one JSON object, nothing else on stdout
         assert (answer["replayed"], answer["delivery"], answer["forge"]) == (True, delivery, "github")
-        await wait_for(lambda: len(router.logged("enqueued")) == 2, timeout=15, what="the replay's decision")
+        await wait_for(lambda: router.logged("deduplicated"), timeout=15, what="the replay's decision")
     finally:
         assert router.stop() == 0
 
+    # The replay made no second job: its job id exists from the original entry.
     replay, original = json.loads(cli(base_env, "events", "--json").stdout)
-    assert (replay["replay"], replay["outcome"], replay["jobs"]) == (True, "queued", [f"gh-{delivery}"])
-    assert replay["entry"] == answer["entry"]
-    assert (original["replay"], original["outcome"]) == (False, "replayed")
-    assert original["reason"] == f"decided again as entry {replay['entry']}" and original["jobs"] == []
+    assert (replay["replay"], replay["outcome"], replay["reason"]) == (True, "deduplicated", "job-id")
+    assert replay["jobs"] == [f"gh-{delivery}"] and replay["entry"] == answer["entry"]
+    assert (original["replay"], original["outcome"]) == (False, "queued")
+    assert (original["jobs"], original["streams"]) == ([f"gh-{delivery}"], [keys.jobs])
+    assert (original["target"], original["action"]) == ("Codertocat/Hello-World#1", "labeled")
 
     assert cli(base_env, "cancel", f"gh-{delivery}").returncode == 0
     replay, original = json.loads(cli(base_env, "events", "--json").stdout)
-    assert replay["cancelled"] and not original["cancelled"]
+    assert original["cancelled"] and not replay["cancelled"]
     table = cli(base_env, "events").stdout.splitlines()
-    assert [line.split()[4:6] for line in table[1:]] == [["replay:", "cancelled"], ["replayed", "decided"]]
+    assert [line.split()[5:7] for line in table[1:]] == [
+        ["replay:", "deduplicated"], ["cancelled", f"gh-{delivery}"]
+    ]
     assert sum(" queued " in line for line in table) == 0
 
 

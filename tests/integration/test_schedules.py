@@ -18,9 +18,8 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
-from pidispatch.common.runtime import now_ms
+from pidispatch.common.runtime import iso_ms, now_ms
 from pidispatch.worker.firings import count_stall, guard_state
-from pidispatch.worker.history import iso_ms
 from pidispatch.worker.schedules import Scheduler, start_schedules
 from tests.support.polling import wait_for
 from tests.support.schedules import cli_json, cron_worker, occurrence, records

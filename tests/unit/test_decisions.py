@@ -94,3 +94,23 @@ def test_the_day_is_the_entry_ids_and_a_bucket_lives_seven_full_days_after_it() 
     assert decisions.entry_day(f"{(DAY + 1) * DAY_MS - 1}-0") == DAY
     assert decisions.expire_at_s(DAY) * 1000 == (DAY + 8) * DAY_MS
     assert decisions.PROBED_DAYS == 8  # a read by delivery on day DAY + 7 still looks at DAY
+
+
+def test_an_enqueued_entry_is_queued_unless_every_job_is_carried_by_another() -> None:
+    q = decisions.enqueued("5-0", 2, ["j1"], ["pd:jobs"], [["queued", "9-0"]])
+    assert (q.outcome, q.reason, q.jobs, q.streams, q.trigger) == ("queued", "", ("j1",), ("pd:jobs",), 2)
+    # Its own job from an earlier try of this same entry (a re-processed page) is still queued.
+    again = decisions.enqueued("5-0", 2, ["j1"], ["pd:jobs"], [["duplicate", "j1", "5-0"]])
+    assert (again.outcome, again.streams) == ("queued", ("pd:jobs",))
+    # The same job id from another entry of the delivery (a replay): deduplicated by job id.
+    replay = decisions.enqueued("7-0", 2, ["j1"], ["pd:jobs"], [["duplicate", "j1", "5-0"]])
+    assert (replay.outcome, replay.reason, replay.jobs) == ("deduplicated", "job-id", ("j1",))
+    window = decisions.enqueued("7-0", 2, ["j1"], ["pd:jobs"], [["deduplicated", "j0"]])
+    assert (window.outcome, window.reason, window.jobs, window.streams) == (
+        "deduplicated", "semantic-window", ("j0",), ("-",)
+    )
+    # A job hash gone (no origin): the job id exists, nothing says whose; counted as queued, as before.
+    assert decisions.enqueued("7-0", 2, ["j1"], ["pd:jobs"], [["duplicate", "j1", ""]]).outcome == "queued"
+    replies = [["queued", "1-0"], ["deduplicated", "j0"]]
+    mixed = decisions.enqueued("7-0", 2, ["j1", "j2"], ["a", "b"], replies)
+    assert (mixed.outcome, mixed.jobs, mixed.streams) == ("queued", ("j1", "j0"), ("a", "-"))

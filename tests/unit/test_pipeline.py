@@ -16,7 +16,7 @@ from pidispatch.forges.gitlab.authority import GitlabMember
 from pidispatch.router.jobs import semantic_key
 from pidispatch.router.lookup import SelfIds
 from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.pipeline import Ask, Drop, Fire, MalformedPayload, plan, resume
+from pidispatch.router.pipeline import Ask, Drop, Fire, MalformedPayload, Subject, plan, planned, resume
 from pidispatch.router.rules import (
     CloseRule,
     CommentRule,
@@ -26,7 +26,7 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from tests.support.payloads import WORKITEM_UPDATED, load_fixture
+from tests.support.payloads import WORKITEM_CREATED, WORKITEM_UPDATED, fixture_bytes, load_fixture
 
 SELF = SelfIds(github=999, gitlab=999, forgejo=999, azure_id="self-guid", azure_email="pi-bot@example.com")
 LOGIN = "closer-login-never-enqueued"
@@ -199,3 +199,31 @@ def test_an_impossible_shape_raises_a_value_error(forge: str, body: str) -> None
     with pytest.raises(MalformedPayload) as err:
         plan(event(forge, "issues", body), RULES, SELF)
     assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize(("forge", "event", "fixture", "subject"), [
+    ("github", "issues", "github/issues.labeled.json", ("issues", "labeled", "Codertocat/Hello-World#1")),
+    ("gitlab", "merge_request", "gitlab/merge-request-event.json",
+     ("merge_request", "open", "gitlabhq/gitlab-test!1")),
+    ("gitlab", "note", "gitlab/comment-merge-request-event.json", ("note", None, "gitlab-org/gitlab-test!1")),
+    ("gitlab", "issue", "gitlab/issue-event.json", ("issue", "open", "gitlabhq/gitlab-test#23")),
+    ("forgejo", "pull_request", "gitea/pull-request-event.json",
+     ("pull_request", "opened", "example/example#2")),
+    ("azure", "git.pullrequest.created", "azuredevops/git.pullrequest.created.json",
+     ("git.pullrequest.created", "created", "Fabrikam/Fabrikam!1")),
+])
+def test_a_decision_says_what_the_delivery_is_about_in_the_forges_own_form(
+    forge: str, event: str, fixture: str, subject: tuple[str, str | None, str]
+) -> None:
+    body = fixture_bytes(fixture).decode()
+    delivery = Event(forge=forge, event=event, delivery="d-1", received_at=1, body=body)
+    _, about = planned(delivery, RULES, SelfIds())
+    assert (about.event, about.action, about.target) == subject
+
+
+def test_a_work_item_is_its_projects_number_and_an_unknown_forge_only_its_event_word() -> None:
+    item = Event(forge="azure", event="workitem.created", delivery="d-1", received_at=1,
+                 body=WORKITEM_CREATED)
+    assert planned(item, RULES, SelfIds())[1].target == "FabrikamCloud#5"
+    odd = Event(forge="nowhere", event="<b>", delivery="d-1", received_at=1, body="{}")
+    assert planned(odd, RULES, SelfIds()) == (Drop("unhandled-event"), Subject("?"))

@@ -98,3 +98,21 @@ def test_credentials_refusals_name_the_always_asking_forges_first() -> None:
         '{"triggers": [{"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github", "flow": "f"}}]}'
     )
     require_credentials(github_only, load_forge_config({}))  # a label rule asks GitHub nothing
+
+
+@pytest.mark.parametrize(("repo", "mark", "number", "ref"), [
+    ("acme/app", "#", 7, "acme/app#7"),
+    ("group/sub/proj", "!", 3, "group/sub/proj!3"),
+    ("My Project/repo", "!", 1, "My%20Project/repo!1"),
+    ("acme/app", "#", None, "acme/app"),
+    ("acme/app", "#", True, "acme/app"),
+    ("acme/app", "#", "7", "acme/app"),
+    ("<script>", "#", 7, None),
+    ("a\nb", "#", 7, None),
+    (None, "#", 7, None),
+    ("x" * 201, "#", 7, None),
+])
+def test_an_item_reference_passes_only_a_path_shaped_name_and_an_integer(
+    repo: object, mark: str, number: object, ref: str | None
+) -> None:
+    assert router_forge.item_ref(repo, mark, number) == ref

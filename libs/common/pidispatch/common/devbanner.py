@@ -58,7 +58,7 @@ def print_banner(
         redis_cli = None
     rc = f"{shlex.quote(redis_cli)} -u {shlex.quote(env['REDIS_URL'])}" if redis_cli else ""
     watch = "".join(f"  {rc} {cmd}\n" for cmd in (
-        f"XRANGE {prefix}:events - +", f"XRANGE {prefix}:jobs - +", f"XINFO GROUPS {prefix}:jobs",
+        f"ZREVRANGE {prefix}:decisions 0 19", f"XRANGE {prefix}:jobs - +", f"XINFO GROUPS {prefix}:jobs",
     )) if rc else ""
     print(
         "\n"
@@ -72,7 +72,7 @@ def print_banner(
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
         f"with flow 'demo' once per 10 minutes. `{fresh}` prints a fresh delivery.\n"
-        + (f"Watch the streams:\n{watch}" if watch else "")
+        + (f"Watch Redis (the last 20 decisions, the jobs, who holds them):\n{watch}" if watch else "")
         + "Ask why a delivery did or did not fire, and see the runs, from another terminal:\n"
         + _where_line(env, state)
         + f"  {cli} events\n"

@@ -145,6 +145,12 @@ class Keys:
         return self._k("decided", str(day), str(shard))
 
     @property
+    def decisions(self) -> str:
+        """The readable decision log: a ZSET of one-line decisions scored by decision time (epoch ms),
+        capped at ``PD_EVENTS_MAXLEN`` (``router.decisionlog``)."""
+        return self._k("decisions")
+
+    @property
     def events_trimmed(self) -> str:
         """How many entries trimming has removed from ``events`` (a counter)."""
         return self._k("events-trimmed")

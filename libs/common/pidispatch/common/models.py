@@ -13,6 +13,7 @@ from typing import Any, Final
 import msgspec
 
 from pidispatch import forges
+from pidispatch.common.runtime import iso_ms
 
 Fields = dict[str, str]
 
@@ -32,6 +33,24 @@ def decode_fields(raw: Mapping[Any, Any]) -> Fields:
     return {text(k): text(v) for k, v in raw.items()}
 
 
+# The pd:events fields besides the body's. ``receivedAt`` is epoch ms for programs (the entry id says the
+# same time); ``receivedAtIso`` is for a person reading XRANGE. ``replayedAt`` marks an operator's replay.
+RECEIVED_AT, RECEIVED_AT_ISO, REPLAYED_AT = "receivedAt", "receivedAtIso", "replayedAt"
+# The names an older receiver wrote: read during a rolling upgrade, never written.
+LEGACY_RECEIVED_AT, LEGACY_REPLAYED_AT = "received_at", "replayed_at"
+
+
+def received_at(fields: Mapping[str, str]) -> int:
+    """A pd:events entry's receive time (epoch ms), in either naming; 0 when it has none."""
+    value = fields.get(RECEIVED_AT) or fields.get(LEGACY_RECEIVED_AT) or ""
+    return int(value) if value.isdigit() else 0
+
+
+def is_replay(fields: Mapping[str, str]) -> bool:
+    """The entry was appended by ``pi-dispatch replay``."""
+    return REPLAYED_AT in fields or LEGACY_REPLAYED_AT in fields
+
+
 class Event(msgspec.Struct, frozen=True, kw_only=True):
     """One verified delivery, exactly as the receiver appended it to ``pd:events``."""
 
@@ -46,7 +65,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
             "forge": self.forge,
             "event": self.event,
             "delivery": self.delivery,
-            "received_at": str(self.received_at),
+            RECEIVED_AT: str(self.received_at),
+            RECEIVED_AT_ISO: iso_ms(self.received_at),
             "body": self.body,
         }
 
@@ -58,7 +78,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
                 forge=f["forge"],
                 event=f["event"],
                 delivery=f["delivery"],
-                received_at=int(f["received_at"]),
+                received_at=int(f[RECEIVED_AT] if RECEIVED_AT in f else f[LEGACY_RECEIVED_AT]),
                 body=f["body"],
             )
         except (KeyError, ValueError) as exc:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from redis.exceptions import RedisError
@@ -36,6 +37,12 @@ def now_ms() -> int:
     import time
 
     return time.time_ns() // 1_000_000
+
+
+def iso_ms(epoch_ms: int) -> str:
+    """``2024-05-01T12:00:00.000Z``, the shape JavaScript's ``toISOString`` gives."""
+    dt = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
 def monotonic_ms() -> int:

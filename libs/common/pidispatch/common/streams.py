@@ -57,6 +57,18 @@ async def ensure_group(r: Redis, stream: str, group: str) -> None:
             raise
 
 
+async def last_delivered(r: Redis, stream: str, group: str) -> str | None:
+    """The group's last-delivered id, or None when the stream or the group does not exist."""
+    try:
+        groups: list[dict[Any, Any]] = await r.xinfo_groups(stream)
+    except ResponseError:
+        return None  # no such stream
+    for found in groups:
+        if text(found.get("name", b"")) == group:
+            return text(found["last-delivered-id"])
+    return None
+
+
 def _flatten(reply: Any) -> list[Entry]:
     out: list[Entry] = []
     for stream, entries in reply or []:

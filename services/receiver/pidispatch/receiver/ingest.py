@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from pidispatch.common.dedup import remembered
 from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, ROUTER_GROUP, Keys
+from pidispatch.common.models import RECEIVED_AT, RECEIVED_AT_ISO
 from pidispatch.common.redis import Redis
+from pidispatch.common.runtime import iso_ms
 from pidispatch.common.scripts import INGEST
 from pidispatch.common.streams import ensure_group
 from pidispatch.receiver.deadline import Deadlines
 
 # Arguments that never change, as bytes: redis-py passes bytes through as they are, and this is the hot
 # path (packing the command was a visible share of a request's CPU).
-_FORGE, _EVENT, _DELIVERY, _RECEIVED_AT, _BODY = b"forge", b"event", b"delivery", b"received_at", b"body"
+_FORGE, _EVENT, _DELIVERY, _BODY = b"forge", b"event", b"delivery", b"body"
+_RECEIVED_AT, _RECEIVED_AT_ISO = RECEIVED_AT.encode(), RECEIVED_AT_ISO.encode()
 
 
 class Ingest:
@@ -51,6 +54,7 @@ class Ingest:
             _EVENT, event,
             _DELIVERY, delivery,
             _RECEIVED_AT, received_at,
+            _RECEIVED_AT_ISO, iso_ms(received_at),
             _BODY, body,
         )  # fmt: skip
         with self._deadlines():

@@ -155,10 +155,12 @@ async def events_command(args: argparse.Namespace) -> int:
     if not rows:
         print("no stored deliveries")
         return 0
-    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<22} {'outcome':<21} {'reason/jobs':<40} delivery")
+    print(f"{'received (UTC)':<20} {'forge':<8} {'event':<24} {'target':<24} {'outcome':<21} "
+          f"{'reason/jobs':<40} delivery")
     for row in rows:
         detail = row.reason or ",".join(row.jobs) or "-"
-        print(f"{_ts(row.received_at):<20} {row.forge:<8} {row.event[:22]:<22} "
+        about = row.event + (f"/{row.action}" if row.action else "")
+        print(f"{_ts(row.received_at):<20} {row.forge:<8} {about[:24]:<24} {(row.target or '-')[:24]:<24} "
               f"{events.shown_outcome(row):<21} {detail[:40]:<40} {row.delivery}")
     return 0
 

@@ -33,3 +33,12 @@ class Ask(msgspec.Struct, frozen=True):
 
 
 Decision = Drop | Fire
+
+
+class Subject(msgspec.Struct, frozen=True):
+    """What a delivery is about, for its decision record: forge vocabulary words and an item reference
+    (``RouterForge.target``) only, never payload text; None where the body does not say."""
+
+    event: str
+    action: str | None = None
+    target: str | None = None

@@ -25,6 +25,8 @@ from pidispatch.common.dedup import DAY_MS, digest
 from pidispatch.common.keys import DECISION_KEEP_DAYS, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms as wall_ms
+from pidispatch.router import decisionlog
+from pidispatch.router.decision import Subject
 from pidispatch.router.jobs import JobIdError, job_id
 
 # What became of one delivery; ``pending`` is written but not acked, so the entry is processed again.
@@ -34,12 +36,42 @@ PROBED_DAYS = DECISION_KEEP_DAYS + 1
 
 
 class RouteOutcome(msgspec.Struct, frozen=True):
-    """What the router made of one delivery; ``trigger`` is the firing rule's index."""
+    """What the router made of one delivery; ``trigger`` is the firing rule's index, ``streams`` where each
+    of ``jobs`` went (``-`` for a job another delivery's carries)."""
 
     outcome: RouteOutcomeName
     reason: str = ""
     jobs: tuple[str, ...] = ()
     trigger: int | None = None
+    streams: tuple[str, ...] = ()
+
+
+# Why a firing delivery made no job of its own: its job id exists from another entry of the same delivery
+# (a replay), or an equivalent job is in the 10-minute semantic window.
+DEDUP_JOB_ID, DEDUP_WINDOW = "job-id", "semantic-window"
+
+
+def enqueued(
+    entry_id: str, trigger: int, ids: Sequence[str], streams: Sequence[str], replies: Sequence[Sequence[str]]
+) -> RouteOutcome:
+    """Pure: a firing entry's outcome from its jobs' ENQUEUE replies (decoded). ``duplicate`` from this
+    same entry is its own job, already queued by an earlier try of this page: still ``queued``."""
+    carried, went, why = [], [], set()
+    for own, stream, (status, value, *origin) in zip(ids, streams, replies, strict=True):
+        if status == "deduplicated":
+            carried.append(value)
+            went.append("-")
+            why.add(DEDUP_WINDOW)
+        elif status == "duplicate" and origin and origin[0] and origin[0] != entry_id:
+            carried.append(own)
+            went.append("-")
+            why.add(DEDUP_JOB_ID)
+        else:
+            carried.append(own)
+            went.append(stream)
+    outcome: RouteOutcomeName = "deduplicated" if carried and all(w == "-" for w in went) else "queued"
+    reason = ",".join(sorted(why)) if outcome == "deduplicated" else ""
+    return RouteOutcome(outcome, reason, tuple(carried), trigger, tuple(went))
 
 
 class Decided(msgspec.Struct, frozen=True):
@@ -112,25 +144,46 @@ def _queue(pipe: Pipeline, keys: Keys, forge: str, delivery: str, decided: Decid
     pipe.expireat(bucket, expire_at_s(day))
 
 
+class Logging(msgspec.Struct, frozen=True):
+    """What the readable log (``router.decisionlog``) adds to a decision: what the delivery is about,
+    whether its entry is a replay, and the log's cap (``PD_EVENTS_MAXLEN``)."""
+
+    about: Subject
+    replay: bool
+    cap: int
+
+
 def record(
     pipe: Pipeline, keys: Keys, forge: str, delivery: str, entry_id: str, outcome: RouteOutcome,
-    decided_at: int,
+    decided_at: int, log: Logging,
 ) -> None:
-    """Queue one entry's decision on ``pipe``: the router's MULTI, which acks the entry alongside."""
+    """Queue one entry's decision on ``pipe`` (the router's MULTI, which acks the entry alongside): the
+    week-long record, and its line in the capped readable log."""
     decided = Decided(
         outcome.outcome, outcome.reason, list(outcome.jobs), outcome.trigger, decided_at, entry_id
     )
     _queue(pipe, keys, forge, delivery, decided)
+    o = outcome
+    line = decisionlog.logged(
+        log.about, forge, delivery, entry_id, o.outcome, decided_at, reason=o.reason, jobs=o.jobs,
+        streams=o.streams, trigger=o.trigger, replay=log.replay,
+    )
+    decisionlog.append(pipe, keys, [line], log.cap)
 
 
 async def record_dead(
-    redis: Redis, keys: Keys, forge: str, delivery: str, entry_id: str, reason: str
+    redis: Redis, keys: Keys, forge: str, delivery: str, entry_id: str, reason: str, log: Logging
 ) -> None:
-    """Mark a parked entry ``dead``, keeping the time of the entry's own earlier (pending) decision."""
+    """Mark a parked entry ``dead``, keeping the time of the entry's own earlier (pending) decision; its
+    log line is stamped now."""
     before = await read(redis, keys, forge, delivery, entry_id)
     decided_at = before.decided_at if before is not None and before.entry == entry_id else None
+    line = decisionlog.logged(
+        log.about, forge, delivery, entry_id, "dead", wall_ms(), reason=reason, replay=log.replay
+    )
     async with redis.pipeline(transaction=True) as pipe:
         _queue(pipe, keys, forge, delivery, Decided("dead", reason, [], None, decided_at, entry_id))
+        decisionlog.append(pipe, keys, [line], log.cap)
         await pipe.execute()
 
 
@@ -158,16 +211,3 @@ async def read(
         values = await pipe.execute()
     found = next((v for v in values if v), None)
     return decode(forge, delivery, found) if found else None
-
-
-async def read_rows(redis: Redis, keys: Keys, rows: Sequence[tuple[str, str, str]]) -> list[Decided | None]:
-    """The decisions of stream rows, each ``(forge, delivery, entry id)``, in one pipeline."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for forge, delivery, entry_id in rows:
-            shard, field = digest(f"{forge}:{delivery}")
-            pipe.hget(keys.decided(entry_day(entry_id), shard), field)
-        values = await pipe.execute()
-    return [
-        decode(forge, delivery, value) if value else None
-        for (forge, delivery, _), value in zip(rows, values, strict=True)
-    ]

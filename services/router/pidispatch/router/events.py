@@ -11,16 +11,14 @@ from __future__ import annotations
 import msgspec
 
 from pidispatch import forges
-from pidispatch.common.keys import Keys
-from pidispatch.common.models import Event, text
+from pidispatch.common.keys import ROUTER_GROUP, Keys
+from pidispatch.common.models import REPLAYED_AT, Event, is_replay, received_at, text
 from pidispatch.common.redis import Redis
-from pidispatch.common.streams import wire, xrange, xrevrange
-from pidispatch.router import decisions
-from pidispatch.router.decisions import Decided
+from pidispatch.common.streams import entries_of, last_delivered, pending, wire, xrange, xrevrange
+from pidispatch.router import decisionlog, decisions
+from pidispatch.router.decisionlog import Logged
 
 FORGES = forges.names()
-# Set on a replayed entry, so the log and the decision say it was an operator's replay.
-REPLAY_FIELD = "replayed_at"
 # The reason ``pi-dispatch cancel`` writes on a job (pidispatch.worker.control.CANCEL_REASON).
 CANCEL_REASON = "operator-cancel"
 
@@ -33,9 +31,12 @@ class Delivery(msgspec.Struct, kw_only=True):
     event: str
     delivery: str
     received_at: int
+    action: str | None = None
+    target: str | None = None
     outcome: str | None = None
     reason: str | None = None
     jobs: list[str] = msgspec.field(default_factory=list)
+    streams: list[str] = msgspec.field(default_factory=list)
     trigger: int | None = None
     decided_at: int | None = None
     # This entry was appended by ``pi-dispatch replay``.
@@ -44,31 +45,37 @@ class Delivery(msgspec.Struct, kw_only=True):
     cancelled: bool = False
 
 
-def _stream_order(entry: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in entry.split("-") if part.isdigit())
+def entry_ms(entry: str) -> int:
+    """The time part of a stream entry id: when the entry was appended (received, or replayed)."""
+    head = entry.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
-def _decision_row(entry: str, fields: dict[str, str], decided: Decided | None) -> Delivery:
-    """Pure: one listing row. A delivery has one decision record, so once it is replayed the record is
-    the newest entry's: an older entry shows ``replayed`` (and which entry was decided), a replay not yet
-    taken by the router shows no decision, rather than either repeating the other's."""
-    row = Delivery(
-        entry=entry,
-        forge=fields.get("forge", "?"),
-        event=fields.get("event", "?"),
-        delivery=fields.get("delivery", "?"),
-        received_at=int(fields.get("received_at") or 0),
-        replay=REPLAY_FIELD in fields,
+def _logged_row(d: Logged) -> Delivery:
+    return Delivery(
+        entry=d.entry, forge=d.forge, event=d.event, delivery=d.delivery, received_at=entry_ms(d.entry),
+        action=d.action, target=d.target, outcome=d.outcome, reason=d.reason or None, jobs=list(d.jobs),
+        streams=list(d.streams), trigger=d.trigger, decided_at=d.decided_at, replay=d.replay,
     )
-    if decided is None:
-        return row
-    if decided.entry and decided.entry != entry:
-        if _stream_order(decided.entry) > _stream_order(entry):
-            row.outcome, row.reason = "replayed", f"decided again as entry {decided.entry}"
-        return row
-    row.outcome, row.reason = decided.outcome or None, decided.reason or None
-    row.jobs, row.trigger, row.decided_at = decided.jobs, decided.trigger, decided.decided_at
-    return row
+
+
+def _waiting_row(entry: str, fields: dict[str, str]) -> Delivery:
+    return Delivery(
+        entry=entry, forge=fields.get("forge", "?"), event=fields.get("event", "?"),
+        delivery=fields.get("delivery", "?"), received_at=received_at(fields), replay=is_replay(fields),
+    )
+
+
+def listing(decided: list[Logged], waiting: list[tuple[str, dict[str, str]]], limit: int) -> list[Delivery]:
+    """Pure: the newest ``limit`` rows, newest first: each entry's newest decision (an entry retried after
+    a failed lookup has several), and entries the router has not decided yet."""
+    rows: dict[str, Delivery] = {}
+    for d in decided:  # newest first: the first line of an entry is its current decision
+        rows.setdefault(d.entry, _logged_row(d))
+    for entry, fields in waiting:
+        rows.setdefault(entry, _waiting_row(entry, fields))
+    newest = sorted(rows.values(), key=lambda row: (row.decided_at or row.received_at, row.entry))
+    return newest[::-1][:limit]
 
 
 def shown_outcome(row: Delivery) -> str:
@@ -96,15 +103,24 @@ async def _mark_cancelled(r: Redis, keys: Keys, rows: list[Delivery]) -> None:
         row.cancelled = verdict.get(id(row), False)
 
 
+async def _undecided(r: Redis, keys: Keys, limit: int) -> list[tuple[str, dict[str, str]]]:
+    """The newest entries the router has not decided: not yet read by its group, or read and still
+    pending (a router died holding them, or is on them now)."""
+    last = await last_delivered(r, keys.events, ROUTER_GROUP)
+    unread = await xrevrange(r, keys.events, min=f"({last}" if last else "-", count=limit)
+    held = await pending(r, keys.events, ROUTER_GROUP, count=limit) if last else []
+    async with r.pipeline(transaction=False) as pipe:
+        for row in held:
+            pipe.xrange(keys.events, min=row.entry_id, max=row.entry_id, count=1)
+        found = await pipe.execute() if held else []
+    return unread + [entry for hit in found for entry in entries_of(hit)]
+
+
 async def recent(r: Redis, keys: Keys, limit: int) -> list[Delivery]:
-    """The newest ``limit`` stored deliveries, newest first, each with its decision (if made yet)."""
-    rows = await xrevrange(r, keys.events, count=limit)
-    found = await decisions.read_rows(
-        r, keys, [(f.get("forge", "?"), f.get("delivery", "?"), e) for e, f in rows]
-    )
-    listed = [_decision_row(e, f, d) for (e, f), d in zip(rows, found, strict=True)]
-    await _mark_cancelled(r, keys, listed)
-    return listed
+    """The newest ``limit`` deliveries, newest first: the decision log, and what waits for a decision."""
+    rows = listing(await decisionlog.newest(r, keys, limit * 2), await _undecided(r, keys, limit), limit)
+    await _mark_cancelled(r, keys, rows)
+    return rows
 
 
 async def find(r: Redis, keys: Keys, delivery: str, forge: str | None = None) -> tuple[str, Event] | None:
@@ -130,5 +146,5 @@ async def find(r: Redis, keys: Keys, delivery: str, forge: str | None = None) ->
 async def replay(r: Redis, keys: Keys, event: Event, now_ms: int) -> str:
     """Append the stored event again for the router; returns the new entry id."""
     fields = event.to_fields()
-    fields[REPLAY_FIELD] = str(now_ms)
+    fields[REPLAYED_AT] = str(now_ms)
     return text(await r.xadd(keys.events, wire(fields)))

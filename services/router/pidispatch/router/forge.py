@@ -8,6 +8,7 @@ first ``router()`` call), so this module only names their types.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +30,22 @@ if TYPE_CHECKING:
 # Each forge's own credential object (a token source), keyed by forge name: opaque here, read only by
 # that forge's identity and authority code. Forges whose config holds a plain token have none.
 TokenSources = Mapping[str, object]
+
+
+# A repository path as forges spell it; Azure DevOps project names may hold spaces (kept as %20).
+_REPO_RE = re.compile(r"[A-Za-z0-9._-][A-Za-z0-9._/ -]{0,199}")
+
+
+def item_ref(repo: object, mark: str, number: object) -> str | None:
+    """Pure: the item a delivery is about in its forge's own form (``owner/repo#7``, ``group/proj!3``), the
+    repository alone when it names no item, or None. Only a path-shaped name and an integer pass: this
+    text reaches decision records, never a title or body."""
+    if not isinstance(repo, str) or not _REPO_RE.fullmatch(repo):
+        return None
+    repo = repo.replace(" ", "%20")
+    if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
+        return f"{repo}{mark}{number}"
+    return repo
 
 
 class RouteDefaults:
@@ -87,6 +104,10 @@ class RouterForge(Protocol):
         ...
 
     def action(self, event: Event, subset: Any) -> Any: ...
+
+    def target(self, subset: Any) -> str | None:
+        """The item the delivery is about, as ``item_ref`` spells it, or None."""
+        ...
 
     async def authorize(self, question: Question, authority: Authority) -> bool:
         """Answer this forge's question through ``authority``'s HTTP helpers; ``CannotAnswer`` when the

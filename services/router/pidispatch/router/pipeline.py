@@ -20,14 +20,14 @@ import msgspec
 from pidispatch import forges
 from pidispatch.common.models import Event
 from pidispatch.router import jobs
-from pidispatch.router.decision import Ask, Drop, Fire
+from pidispatch.router.decision import Ask, Drop, Fire, Subject
 from pidispatch.router.explain import NO_TRACE, Explanation, Trace, rule_listing, safe_word
 from pidispatch.router.forge import RouterForge
 from pidispatch.router.lookup import SelfIds
 from pidispatch.router.rules import Rules
 from pidispatch.router.subsets import MalformedPayload
 
-__all__ = ["Ask", "Drop", "Fire", "MalformedPayload", "explain", "plan", "resume"]
+__all__ = ["Ask", "Drop", "Fire", "MalformedPayload", "Subject", "explain", "plan", "planned", "resume"]
 
 
 class _Routes(Mapping[str, RouterForge]):
@@ -86,11 +86,24 @@ def _arm(event: Event) -> tuple[RouterForge, Any] | None:
 def plan(event: Event, rules: Rules, self_ids: SelfIds) -> Drop | Fire | Ask:
     """Decide one stored event, or say what to ask the forge first. Raises ``MalformedPayload`` (a
     ``ValueError``) for a body no delivery of that forge can have."""
+    return planned(event, rules, self_ids)[0]
+
+
+def subject_of(fields: Mapping[str, str]) -> Subject:
+    """What an entry whose body was not read is about: its event type, when that is a forge word."""
+    return Subject(safe_word(fields.get("event")) or "?")
+
+
+def planned(event: Event, rules: Rules, self_ids: SelfIds) -> tuple[Drop | Fire | Ask, Subject]:
+    """``plan``, and what the delivery is about, from one projection of its body."""
     found = _arm(event)
     if found is None:
-        return Drop("unhandled-event")
+        return Drop("unhandled-event"), Subject(safe_word(event.event) or "?")
     arm, subset = found
-    return _settle(arm, event, subset, rules, self_ids, None, NO_TRACE).decision
+    subject = Subject(
+        safe_word(event.event) or "?", safe_word(arm.action(event, subset)), arm.target(subset)
+    )
+    return _settle(arm, event, subset, rules, self_ids, None, NO_TRACE).decision, subject
 
 
 def resume(event: Event, rules: Rules, self_ids: SelfIds, authorized: bool) -> Drop | Fire:

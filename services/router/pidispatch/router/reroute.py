@@ -17,7 +17,6 @@ for that host to come back.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
@@ -25,7 +24,7 @@ from pidispatch.common.cronpattern import schedule_of
 from pidispatch.common.health import Health
 from pidispatch.common.keys import JOB_STATE_TTL_S, REROUTE_INTERVAL_S, REROUTE_PAGE, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Fields, job_from_fields, text
+from pidispatch.common.models import Fields, job_from_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import (
     HostRow,
@@ -39,7 +38,7 @@ from pidispatch.common.registry import (
 )
 from pidispatch.common.runtime import EpochMsClock, every
 from pidispatch.common.scripts import REROUTE_MOVE
-from pidispatch.common.streams import xrange
+from pidispatch.common.streams import last_delivered, xrange
 from pidispatch.router.triggers import FORGE_KINDS
 
 
@@ -56,18 +55,6 @@ async def dead_hosts(redis: Redis, keys: Keys, names: list[str]) -> list[str]:
             pipe.exists(keys.host(name))
         alive = await pipe.execute()
     return [name for name, n in zip(names, alive, strict=True) if not n]
-
-
-async def last_delivered(redis: Redis, stream: str) -> str | None:
-    """The ``workers`` group's last-delivered id, or None when nobody ever read the stream."""
-    try:
-        groups: list[dict[Any, Any]] = await redis.xinfo_groups(stream)
-    except ResponseError:
-        return None  # the stream is gone
-    for group in groups:
-        if text(group.get("name", b"")) == WORKER_GROUP:
-            return text(group["last-delivered-id"])
-    return None
 
 
 def target_for(fields: Fields, hosts: list[HostRow], dead: str, keys: Keys) -> str:
@@ -107,7 +94,7 @@ class _Rerouter:
     async def drain(self, host: str, stream: str) -> int:
         """Move every undelivered forge job and scheduled occurrence of ``host``'s stream; returns how many
         moved."""
-        last = await last_delivered(self.redis, stream)
+        last = await last_delivered(self.redis, stream, WORKER_GROUP)
         start = _after(last) if last else "-"
         moved = 0
         while True:

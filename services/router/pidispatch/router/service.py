@@ -28,7 +28,7 @@ from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, ROUTER_GROUP, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Event, Fields, text
+from pidispatch.common.models import Event, Fields, is_replay, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import EpochMsClock, every, now_ms, unless_stopped
 from pidispatch.common.settings import Settings
@@ -44,8 +44,8 @@ from pidispatch.common.streams import (
 )
 from pidispatch.router import decisions, jobs, pipeline
 from pidispatch.router.consumer import consumer_name
-from pidispatch.router.decision import Ask, Drop, Fire
-from pidispatch.router.decisions import RouteOutcome, RouteOutcomeName
+from pidispatch.router.decision import Ask, Drop, Fire, Subject
+from pidispatch.router.decisions import RouteOutcome
 from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
 from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
@@ -76,6 +76,7 @@ class _Work(msgspec.Struct):
     fields: Fields
     event: Event | None = None
     decision: Drop | Fire | Ask | None = None
+    subject: Subject | None = None
     outcome: RouteOutcome | None = None
     replies: list[Any] = msgspec.field(default_factory=list)
     read_at: float = msgspec.field(default_factory=time.monotonic)  # for pd_router_enqueue_seconds
@@ -285,7 +286,7 @@ class Router:
             if not event.delivery:
                 raise ValueError("empty delivery id")
             w.event = event
-            w.decision = pipeline.plan(event, rules, self.self_ids)
+            w.decision, w.subject = pipeline.planned(event, rules, self.self_ids)
         except (ValueError, MalformedPayload):
             # Deterministic: retrying cannot help, so park it at once and let the entries behind it run.
             deliveries = await delivery_count(self.redis, self.keys.events, ROUTER_GROUP, w.entry_id)
@@ -327,34 +328,31 @@ class Router:
         for w in fires:
             assert isinstance(w.decision, Fire)
             plans.append(jobs.planned(w.decision.job, now))
-        for w, (ids, mine) in zip(fires, await self.enqueuer.enqueue(plans), strict=True):
+        entries = [w.entry_id for w in fires]
+        for w, (ids, streams, mine) in zip(fires, await self.enqueuer.enqueue(plans, entries), strict=True):
             errors = [r for r in mine if isinstance(r, Exception)]
             if errors:
                 if any(isinstance(e, TRANSIENT) for e in errors):
                     raise errors[0]
                 await self._failed(w, "enqueue-failed", type(errors[0]).__name__)
                 continue
-            w.outcome = self._outcome(w, ids, mine)
+            w.outcome = self._outcome(w, ids, streams, mine)
             self.metrics.enqueued(time.monotonic() - w.read_at)
 
-    def _outcome(self, w: _Work, ids: list[str], replies: list[Any]) -> RouteOutcome:
+    def _outcome(self, w: _Work, ids: list[str], streams: list[str], replies: list[Any]) -> RouteOutcome:
         assert isinstance(w.decision, Fire) and w.event is not None
-        carried, statuses = [], []
-        for job_id, reply in zip(ids, replies, strict=True):
-            status, value = text(reply[0]), text(reply[1])
-            statuses.append(status)
-            if status == "deduplicated":
-                carried.append(value)  # the surviving job carries this work
-                self.log.info("deduplicated", delivery=w.event.delivery, job=job_id, survivor=value)
+        decoded = [[text(part) for part in reply] for reply in replies]
+        outcome = decisions.enqueued(w.entry_id, w.decision.index, ids, streams, decoded)
+        pairs = zip(ids, decoded, outcome.jobs, outcome.streams, strict=True)
+        for job_id, (status, *_), carrier, stream in pairs:
+            if stream == "-":  # another entry's job carries this work
+                self.log.info("deduplicated", delivery=w.event.delivery, job=job_id, survivor=carrier)
             else:
-                carried.append(job_id)
                 self.log.info(
                     "enqueued", delivery=w.event.delivery, job=job_id, trigger=w.decision.index,
                     existing=status == "duplicate",
                 )
-        # "duplicate" means our own job already exists (a re-processed entry): that is still queued.
-        outcome: RouteOutcomeName = "deduplicated" if all(s == "deduplicated" for s in statuses) else "queued"
-        return RouteOutcome(outcome, jobs=tuple(carried), trigger=w.decision.index)
+        return outcome
 
     async def _record_page(self, work: list[_Work]) -> None:
         """Decisions and acks in one MULTI: each entry is either finished and explained, or still
@@ -368,7 +366,8 @@ class Router:
                 assert w.outcome is not None
                 forge = w.event.forge if w.event else w.fields.get("forge", "?")
                 delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
-                decisions.record(pipe, self.keys, forge, delivery, w.entry_id, w.outcome, now)
+                log = self._logging(w.fields, w.subject)
+                decisions.record(pipe, self.keys, forge, delivery, w.entry_id, w.outcome, now, log)
                 if w.outcome.outcome != "pending":
                     acked.append(w.entry_id)
             if acked:
@@ -377,6 +376,10 @@ class Router:
         for w in work:  # counted once written: a failed MULTI re-processes the page
             if w.outcome is not None:
                 self.metrics.decided(w.outcome.outcome, w.outcome.reason)
+
+    def _logging(self, fields: Fields, about: Subject | None) -> decisions.Logging:
+        about = about or pipeline.subject_of(fields)
+        return decisions.Logging(about, is_replay(fields), self.settings.events_maxlen)
 
     async def _failed(self, w: _Work, reason: str, error: str) -> None:
         """Leave the entry pending for a retry; park it once it has had ``PD_MAX_DELIVERIES`` tries."""
@@ -394,9 +397,10 @@ class Router:
             self.redis, self.keys, source=self.keys.events, group=ROUTER_GROUP, entry_id=entry_id,
             reason=reason, deliveries=deliveries, fields=fields,
         )
-        delivery = fields.get("delivery")
-        if delivery and fields.get("forge"):
-            await decisions.record_dead(self.redis, self.keys, fields["forge"], delivery, entry_id, reason)
+        delivery, forge = fields.get("delivery"), fields.get("forge")
+        if delivery and forge:
+            log = self._logging(fields, None)
+            await decisions.record_dead(self.redis, self.keys, forge, delivery, entry_id, reason, log)
         extra = {"error": error} if error else {}
         self.log.warning("event_dead", entry=entry_id, reason=reason, **extra)
         self.metrics.decided("dead", reason)

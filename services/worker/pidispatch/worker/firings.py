@@ -19,7 +19,7 @@ from pidispatch.common.keys import (
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, text
 from pidispatch.common.redis import Redis, bounded
-from pidispatch.worker.history import iso_ms
+from pidispatch.common.runtime import iso_ms
 
 
 async def record_firing(redis: Redis, keys: Keys, job_id: str) -> None:

@@ -13,26 +13,19 @@ import errno
 import os
 import stat
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, RunRecord, record_target, sanitize_job_id
-from pidispatch.common.runtime import EpochMsClock, stopped
+from pidispatch.common.runtime import EpochMsClock, iso_ms, stopped
 from pidispatch.common.settings import Settings
 from pidispatch.worker.exitline import ExitInfo
 from pidispatch.worker.jobname import job_file_name
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
-
-
-def iso_ms(epoch_ms: int) -> str:
-    """``2024-05-01T12:00:00.000Z``, the shape JavaScript's ``toISOString`` gives."""
-    dt = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
 
 
 def record_path(logs_dir: str, job_id: str) -> Path:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from pidispatch.common.registry import HostRow, is_live
-from pidispatch.router.events import Delivery
+from pidispatch.router.events import Delivery, shown_outcome
 from pidispatch.router.explain import WHY_TEXT, Explanation, stored_line
 from pidispatch.worker.statusdata import DeliveryTrace, Overview, RunRow
 from pidispatch.worker.waitview import condition_text
@@ -180,13 +180,14 @@ def _ms(iso: str) -> int | None:
 
 def deliveries_html(rows: Sequence[Delivery], banner: str | None = None) -> str:
     cells = [
-        (_ts(d.received_at), d.forge, d.event, d.outcome or "not decided",
-         d.reason or ", ".join(d.jobs) or None, None if d.trigger is None else f"#{d.trigger}",
+        (_ts(d.received_at), d.forge, d.event + (f"/{d.action}" if d.action else ""), d.target,
+         shown_outcome(d), d.reason or ", ".join(d.jobs) or None,
+         None if d.trigger is None else f"#{d.trigger}",
          PageLink(href("deliveries", d.forge, d.delivery), d.delivery))
         for d in rows
     ]
-    body = table(("RECEIVED (UTC)", "FORGE", "EVENT", "OUTCOME", "REASON / JOBS", "RULE", "DELIVERY"), cells,
-                 "no stored deliveries")
+    header = ("RECEIVED (UTC)", "FORGE", "EVENT", "TARGET", "OUTCOME", "REASON / JOBS", "RULE", "DELIVERY")
+    body = table(header, cells, "no stored deliveries")
     return page("deliveries", "deliveries", body, banner)
 
 

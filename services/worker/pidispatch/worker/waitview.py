@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pidispatch.common.runtime import iso_ms
 from pidispatch.common.table import aligned
-from pidispatch.worker.history import iso_ms
 
 if TYPE_CHECKING:
     from pidispatch.worker.waitstate import HoldState

@@ -23,8 +23,8 @@ import msgspec
 from pidispatch.common.cronpattern import scheduled_for
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job
+from pidispatch.common.runtime import iso_ms
 from pidispatch.common.settings import Settings
-from pidispatch.worker.history import iso_ms
 
 EVENT_POINTER = "The event that started this job is described in /job/event.json."
 OPERATOR_LABEL = "Instructions from the operator (trusted):"

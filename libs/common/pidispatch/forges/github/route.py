@@ -18,7 +18,7 @@ from pidispatch.forges.github.authority import GithubCloser, may_close
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge
+from pidispatch.router.forge import RouteDefaults, RouterForge, item_ref
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import filled
@@ -56,6 +56,10 @@ class GitHubRoute(RouteDefaults):
 
     def action(self, event: Event, subset: Any) -> Any:
         return subset.action
+
+    def target(self, subset: Any) -> str | None:
+        item = subset.issue or subset.pull_request
+        return item_ref(subset.repository, "#", item.number if item else None)
 
     async def authorize(self, question: Question, authority: Authority) -> bool:
         assert isinstance(question, GithubCloser)
