@@ -66,7 +66,7 @@ async def serve_reference(port: int, redis_url: str, secret: bytes, stream: str)
             return web.Response(status=401)
         await redis.xadd(stream, {
             "forge": "github", "event": request.headers.get("X-GitHub-Event", ""),
-            "delivery": request.headers.get("X-GitHub-Delivery", ""), "received_at": now_ms(), "body": body,
+            "delivery": request.headers.get("X-GitHub-Delivery", ""), "receivedAt": now_ms(), "body": body,
         })
         return web.Response(status=202, body=accepted, content_type="application/json")
 

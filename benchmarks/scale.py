@@ -235,7 +235,7 @@ async def upkeep_curve(r: Redis, maxlen: int, over: int) -> None:
         async with r.pipeline(transaction=False) as pipe:
             for _ in range(min(1000, total - start)):
                 pipe.xadd(keys.events, {"forge": "github", "event": "issues", "delivery": str(uuid.uuid4()),
-                                        "received_at": "0", "body": body})
+                                        "receivedAt": "0", "body": body})
             await pipe.execute()
         await r.xgroup_setid(keys.events, ROUTER_GROUP, "$")  # everything delivered and acked
         await r.slowlog_reset()
