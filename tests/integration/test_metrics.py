@@ -115,7 +115,7 @@ async def test_routed_and_run_jobs_show_on_both_endpoints(
     dropped_reason = (await decision_fields(redis, keys, "github", dropped))["reason"]
     assert (await decision_fields(redis, keys, "github", again))["outcome"] == "deduplicated"
     assert sample(routed, "pd_router_decisions_total", outcome="queued", reason="") == 3
-    assert sample(routed, "pd_router_decisions_total", outcome="deduplicated", reason="") == 1
+    assert sample(routed, "pd_router_decisions_total", outcome="deduplicated", reason="semantic-window") == 1
     assert sample(routed, "pd_router_decisions_total", outcome="dropped", reason=dropped_reason) == 1
     # Every firing entry is timed from its read to its ENQUEUE, the deduplicated one included.
     assert sample(routed, "pd_router_enqueue_seconds_count") == 4

@@ -188,6 +188,12 @@ SURVIVOR = "gh-0f0f0f0f-0000-4000-8000-000000000001"
         (Decided("deduplicated", "", [SURVIVOR], 2, AT, "1-0"),
          f"stored decision (2026-01-02 03:04:05 UTC): deduplicated by rule #2: no job of its own, the "
          f"surviving job(s) {SURVIVOR} carry it"),
+        (Decided("deduplicated", "semantic-window", [SURVIVOR], 2, AT, "1-0"),
+         f"stored decision (2026-01-02 03:04:05 UTC): deduplicated by rule #2: no job of its own, the "
+         f"surviving job(s) {SURVIVOR} carry it (the 10-minute window)"),
+        (Decided("deduplicated", "job-id", [f"gh-{DELIVERY}"], 2, AT, "1-0"),
+         f"stored decision (2026-01-02 03:04:05 UTC): deduplicated by rule #2 by job id: its job "
+         f"gh-{DELIVERY} exists already (this entry is a replay)"),
         (Decided("dropped", "no-allowlisted-label", [], None, AT, "1-0"),
          "stored decision (2026-01-02 03:04:05 UTC): dropped, reason no-allowlisted-label"),
         (Decided("pending", "lookup-failed:timeout", [], None, AT, "1-0"),

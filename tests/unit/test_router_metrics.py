@@ -39,7 +39,8 @@ def test_every_series_counts_what_it_names() -> None:
     # The lookup's own failure token stays in the log: the label is the fixed head only.
     assert sample(got, "pd_router_decisions_total", outcome="pending", reason="lookup-failed") == 1
     assert sample(got, "pd_router_decisions_total", outcome="dead", reason="malformed-event") == 1
-    assert sample(got, "pd_router_decisions_total", outcome="deduplicated", reason="") == 0  # from the start
+    # From the start:
+    assert sample(got, "pd_router_decisions_total", outcome="deduplicated", reason="job-id") == 0
     assert sample(got, "pd_router_enqueue_seconds_count") == 2
     assert sample(got, "pd_router_enqueue_seconds_bucket", le="0.005") == 1
     assert sample(got, "pd_router_enqueue_seconds_sum") == 3.004

@@ -157,8 +157,11 @@ def stored_line(d: Decided) -> str:
     rule = f" by rule #{d.trigger}" if d.trigger is not None else ""
     if d.outcome == "queued":
         what = f"queued{rule}, job(s) {jobs}"
+    elif d.outcome == "deduplicated" and d.reason == "job-id":
+        what = f"deduplicated{rule} by job id: its job {jobs} exists already (this entry is a replay)"
     elif d.outcome == "deduplicated":
         what = f"deduplicated{rule}: no job of its own, the surviving job(s) {jobs} carry it"
+        what += " (the 10-minute window)" if d.reason == "semantic-window" else ""
     elif d.outcome == "dropped":
         what = f"dropped, reason {d.reason}"
     elif d.outcome == "pending":

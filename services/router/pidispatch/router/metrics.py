@@ -103,7 +103,8 @@ class RouterMetrics:
         )
         self._decisions = Counter(
             "pd_router_decisions", "Decisions recorded, by outcome (queued, dropped, deduplicated, pending: "
-            "retried later, dead: parked) and reason token (empty when queued).",
+            "retried later, dead: parked) and reason token (empty when queued; job-id or semantic-window "
+            "when deduplicated).",
             ("outcome", "reason"), registry=registry,
         )
         self._enqueue = Histogram(
@@ -116,8 +117,10 @@ class RouterMetrics:
         )
         self._backlog = _Backlog()
         registry.register(self._backlog)
-        for outcome in ("queued", "deduplicated"):  # what a dashboard divides by exists from the start
-            self._decisions.labels(outcome, "")
+        # What a dashboard divides by exists from the start.
+        for reason in ("semantic-window", "job-id"):
+            self._decisions.labels("deduplicated", reason)
+        self._decisions.labels("queued", "")
 
     def read(self, entries: int) -> None:
         self._read.inc(entries)
