@@ -15,7 +15,7 @@ from pidispatch.router.decisions import RouteOutcome
 from tests.support.decisions import bucket_of
 
 FORGE = jobs.FORGES[0].name
-LOG = decisions.Logging(Subject("issues", "labeled", "acme/app#1"), replay=False, cap=100)
+LOG = decisions.Logging(Subject("issues", "labeled", "acme/app#1"), replay=False)
 
 
 def entry_at(ms: int, seq: int = 0) -> str:
@@ -25,7 +25,8 @@ def entry_at(ms: int, seq: int = 0) -> str:
 async def write(redis: Redis, keys: Keys, delivery: str, entry: str, outcome: RouteOutcome) -> None:
     async with redis.pipeline(transaction=True) as pipe:
         decided_at = int(entry.partition("-")[0]) + 7
-        decisions.record(pipe, keys, FORGE, delivery, entry, outcome, decided_at, LOG)
+        line = decisions.record(pipe, keys, FORGE, delivery, entry, outcome, decided_at, LOG)
+        decisionlog.append(pipe, keys, [line], 100)
         await pipe.execute()
 
 
@@ -90,7 +91,7 @@ async def test_a_parked_entry_is_dead_with_its_pending_time_and_last_reason(redi
     assert await decisions.parked_reason(redis, keys, FORGE, "d-2", entry) == "max-deliveries"
     pending = await decisions.read(redis, keys, FORGE, "d-1", entry)
     for delivery, reason in [("d-1", "lookup-failed"), ("d-2", "malformed-event")]:
-        await decisions.record_dead(redis, keys, FORGE, delivery, entry, reason, LOG)
+        await decisions.record_dead(redis, keys, FORGE, delivery, entry, reason, LOG, 100)
     dead = await decisions.read(redis, keys, FORGE, "d-1", entry)
     assert pending is not None and dead is not None
     assert (dead.outcome, dead.reason, dead.jobs, dead.trigger) == ("dead", "lookup-failed", [], None)

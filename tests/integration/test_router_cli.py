@@ -117,7 +117,7 @@ async def test_explain_says_the_stored_deduplicated_decision_before_what_todays_
     survivor = f"gh-{uuid.uuid4()}"
     async with redis.pipeline(transaction=True) as pipe:
         decided = RouteOutcome("deduplicated", jobs=(survivor,), trigger=0)
-        log = decisions.Logging(Subject("issues", "labeled"), replay=False, cap=100)
+        log = decisions.Logging(Subject("issues", "labeled"), replay=False)
         decisions.record(pipe, keys, "github", delivery, entry.decode(), decided, 1_767_323_045_000, log)
         await pipe.execute()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from redis.exceptions import RedisError
@@ -40,9 +40,12 @@ def now_ms() -> int:
 
 
 def iso_ms(epoch_ms: int) -> str:
-    """``2024-05-01T12:00:00.000Z``, the shape JavaScript's ``toISOString`` gives."""
-    dt = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+    """``2024-05-01T12:00:00.000Z``, the shape JavaScript's ``toISOString`` gives. On the receiver's and
+    the router's hot paths: ``gmtime`` and one format, half what ``strftime`` costs."""
+    seconds, ms = divmod(epoch_ms, 1000)
+    t = time.gmtime(seconds)
+    return (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
+            f"{t.tm_sec:02d}.{ms:03d}Z")
 
 
 def monotonic_ms() -> int:

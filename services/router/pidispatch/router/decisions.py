@@ -145,37 +145,35 @@ def _queue(pipe: Pipeline, keys: Keys, forge: str, delivery: str, decided: Decid
 
 
 class Logging(msgspec.Struct, frozen=True):
-    """What the readable log (``router.decisionlog``) adds to a decision: what the delivery is about,
-    whether its entry is a replay, and the log's cap (``PD_EVENTS_MAXLEN``)."""
+    """What the readable log (``router.decisionlog``) adds to a decision: what the delivery is about, and
+    whether its entry is a replay."""
 
     about: Subject
     replay: bool
-    cap: int
 
 
 def record(
     pipe: Pipeline, keys: Keys, forge: str, delivery: str, entry_id: str, outcome: RouteOutcome,
     decided_at: int, log: Logging,
-) -> None:
-    """Queue one entry's decision on ``pipe`` (the router's MULTI, which acks the entry alongside): the
-    week-long record, and its line in the capped readable log."""
+) -> decisionlog.Logged:
+    """Queue one entry's week-long decision record on ``pipe`` (the router's MULTI, which acks the entry
+    alongside); returns its line for the readable log, which the caller appends once per page."""
     decided = Decided(
         outcome.outcome, outcome.reason, list(outcome.jobs), outcome.trigger, decided_at, entry_id
     )
     _queue(pipe, keys, forge, delivery, decided)
     o = outcome
-    line = decisionlog.logged(
+    return decisionlog.logged(
         log.about, forge, delivery, entry_id, o.outcome, decided_at, reason=o.reason, jobs=o.jobs,
         streams=o.streams, trigger=o.trigger, replay=log.replay,
     )
-    decisionlog.append(pipe, keys, [line], log.cap)
 
 
 async def record_dead(
-    redis: Redis, keys: Keys, forge: str, delivery: str, entry_id: str, reason: str, log: Logging
+    redis: Redis, keys: Keys, forge: str, delivery: str, entry_id: str, reason: str, log: Logging, cap: int
 ) -> None:
     """Mark a parked entry ``dead``, keeping the time of the entry's own earlier (pending) decision; its
-    log line is stamped now."""
+    line, stamped now, goes to the readable log (cut to ``cap`` lines)."""
     before = await read(redis, keys, forge, delivery, entry_id)
     decided_at = before.decided_at if before is not None and before.entry == entry_id else None
     line = decisionlog.logged(
@@ -183,7 +181,7 @@ async def record_dead(
     )
     async with redis.pipeline(transaction=True) as pipe:
         _queue(pipe, keys, forge, delivery, Decided("dead", reason, [], None, decided_at, entry_id))
-        decisionlog.append(pipe, keys, [line], log.cap)
+        decisionlog.append(pipe, keys, [line], cap)
         await pipe.execute()
 
 

@@ -42,7 +42,7 @@ from pidispatch.common.streams import (
     read_group,
     send_to_dead,
 )
-from pidispatch.router import decisions, jobs, pipeline
+from pidispatch.router import decisionlog, decisions, jobs, pipeline
 from pidispatch.router.consumer import consumer_name
 from pidispatch.router.decision import Ask, Drop, Fire, Subject
 from pidispatch.router.decisions import RouteOutcome
@@ -80,6 +80,10 @@ class _Work(msgspec.Struct):
     outcome: RouteOutcome | None = None
     replies: list[Any] = msgspec.field(default_factory=list)
     read_at: float = msgspec.field(default_factory=time.monotonic)  # for pd_router_enqueue_seconds
+
+
+def _logging(fields: Fields, about: Subject | None) -> decisions.Logging:
+    return decisions.Logging(about or pipeline.subject_of(fields), is_replay(fields))
 
 
 def retry_after_ms(deliveries: int) -> int:
@@ -361,25 +365,23 @@ class Router:
             return
         now = self.clock()
         async with self.redis.pipeline(transaction=True) as pipe:
-            acked = []
+            acked, lines = [], []
             for w in work:
                 assert w.outcome is not None
                 forge = w.event.forge if w.event else w.fields.get("forge", "?")
                 delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
-                log = self._logging(w.fields, w.subject)
-                decisions.record(pipe, self.keys, forge, delivery, w.entry_id, w.outcome, now, log)
+                log = _logging(w.fields, w.subject)
+                line = decisions.record(pipe, self.keys, forge, delivery, w.entry_id, w.outcome, now, log)
+                lines.append(line)
                 if w.outcome.outcome != "pending":
                     acked.append(w.entry_id)
+            decisionlog.append(pipe, self.keys, lines, self.settings.events_maxlen)
             if acked:
                 pipe.xack(self.keys.events, ROUTER_GROUP, *acked)
             await pipe.execute()
         for w in work:  # counted once written: a failed MULTI re-processes the page
             if w.outcome is not None:
                 self.metrics.decided(w.outcome.outcome, w.outcome.reason)
-
-    def _logging(self, fields: Fields, about: Subject | None) -> decisions.Logging:
-        about = about or pipeline.subject_of(fields)
-        return decisions.Logging(about, is_replay(fields), self.settings.events_maxlen)
 
     async def _failed(self, w: _Work, reason: str, error: str) -> None:
         """Leave the entry pending for a retry; park it once it has had ``PD_MAX_DELIVERIES`` tries."""
@@ -399,8 +401,9 @@ class Router:
         )
         delivery, forge = fields.get("delivery"), fields.get("forge")
         if delivery and forge:
-            log = self._logging(fields, None)
-            await decisions.record_dead(self.redis, self.keys, forge, delivery, entry_id, reason, log)
+            cap = self.settings.events_maxlen
+            log = _logging(fields, None)
+            await decisions.record_dead(self.redis, self.keys, forge, delivery, entry_id, reason, log, cap)
         extra = {"error": error} if error else {}
         self.log.warning("event_dead", entry=entry_id, reason=reason, **extra)
         self.metrics.decided("dead", reason)
