@@ -100,19 +100,21 @@ def test_credentials_refusals_name_the_always_asking_forges_first() -> None:
     require_credentials(github_only, load_forge_config({}))  # a label rule asks GitHub nothing
 
 
-@pytest.mark.parametrize(("repo", "mark", "number", "ref"), [
-    ("acme/app", "#", 7, "acme/app#7"),
-    ("group/sub/proj", "!", 3, "group/sub/proj!3"),
-    ("My Project/repo", "!", 1, "My%20Project/repo!1"),
-    ("acme/app", "#", None, "acme/app"),
-    ("acme/app", "#", True, "acme/app"),
-    ("acme/app", "#", "7", "acme/app"),
-    ("<script>", "#", 7, None),
-    ("a\nb", "#", 7, None),
-    (None, "#", 7, None),
-    ("x" * 201, "#", 7, None),
+@pytest.mark.parametrize(("kind", "repo", "pull", "number", "ref"), [
+    ("github", "acme/app", False, 7, "acme/app#7"),
+    ("github", "acme/app", True, 7, "acme/app#7"),
+    ("gitlab", "group/sub/proj", True, 3, "group/sub/proj!3"),
+    ("gitlab", "group/sub/proj", False, 3, "group/sub/proj#3"),
+    ("azure", "My Project/repo", True, 1, "My%20Project/repo!1"),
+    ("github", "acme/app", False, None, "acme/app"),
+    ("github", "acme/app", False, True, "acme/app"),
+    ("github", "acme/app", False, "7", "acme/app"),
+    ("github", "<script>", False, 7, None),
+    ("github", "a\nb", False, 7, None),
+    ("github", None, False, 7, None),
+    ("github", "x" * 201, False, 7, None),
 ])
-def test_an_item_reference_passes_only_a_path_shaped_name_and_an_integer(
-    repo: object, mark: str, number: object, ref: str | None
+def test_a_delivery_target_passes_only_a_path_shaped_name_and_an_integer(
+    kind: str, repo: object, pull: bool, number: object, ref: str | None
 ) -> None:
-    assert router_forge.item_ref(repo, mark, number) == ref
+    assert router_forge.delivery_target(kind, repo, pull, number) == ref

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pidispatch.common.models import item_sep
 from pidispatch.forges import FORGES
 
 if TYPE_CHECKING:
@@ -36,15 +37,15 @@ TokenSources = Mapping[str, object]
 _REPO_RE = re.compile(r"[A-Za-z0-9._-][A-Za-z0-9._/ -]{0,199}")
 
 
-def item_ref(repo: object, mark: str, number: object) -> str | None:
-    """Pure: the item a delivery is about in its forge's own form (``owner/repo#7``, ``group/proj!3``), the
-    repository alone when it names no item, or None. Only a path-shaped name and an integer pass: this
-    text reaches decision records, never a title or body."""
+def delivery_target(kind: str, repo: object, pull: bool, number: object) -> str | None:
+    """Pure: the item a delivery is about, spelt as jobs and run records spell theirs (``owner/repo#7``,
+    ``group/proj!3``: ``models.item_sep``), the repository alone when it names no item, or None. Only a
+    path-shaped name and an integer pass: this text reaches decision records, never a title or body."""
     if not isinstance(repo, str) or not _REPO_RE.fullmatch(repo):
         return None
     repo = repo.replace(" ", "%20")
     if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
-        return f"{repo}{mark}{number}"
+        return f"{repo}{item_sep(kind, pull)}{number}"
     return repo
 
 
@@ -106,7 +107,7 @@ class RouterForge(Protocol):
     def action(self, event: Event, subset: Any) -> Any: ...
 
     def target(self, subset: Any) -> str | None:
-        """The item the delivery is about, as ``item_ref`` spells it, or None."""
+        """The item the delivery is about, as ``delivery_target`` spells it, or None."""
         ...
 
     async def authorize(self, question: Question, authority: Authority) -> bool:

@@ -6,13 +6,11 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.common.models import Job, Target, Trigger
+from pidispatch.common.models import Job, Target, Trigger, item_sep
 from pidispatch.forges import FORGES
 from pidispatch.router.rules import RunSpec
 
 JOB_ID_PREFIX = {f.name: f.job_id_prefix for f in FORGES}
-# Forges whose pull requests number apart from issues, so a PR key needs its own separator.
-_BANG_PR_KINDS = frozenset(f.name for f in FORGES if f.bang_pr)
 # Every forge's word for a pull request close (an issue close is told by its trigger type).
 _CLOSE_ACTIONS = frozenset(f.pr_close_word for f in FORGES if f.pr_close_word is not None)
 
@@ -89,8 +87,7 @@ def item_ref(job: Job) -> str:
     GitLab and Azure (numbered apart from issues there), else ``#``. A wait check gets it as argv[1]."""
     if job.target is None:
         raise ValueError("a forge job needs a target")
-    sep = "!" if job.target.type == "pull_request" and job.kind in _BANG_PR_KINDS else "#"
-    return f"{job.repo}{sep}{job.target.number}"
+    return f"{job.repo}{item_sep(job.kind, job.target.type == 'pull_request')}{job.target.number}"
 
 
 def semantic_key(job: Job) -> str:

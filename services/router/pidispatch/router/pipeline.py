@@ -89,21 +89,20 @@ def plan(event: Event, rules: Rules, self_ids: SelfIds) -> Drop | Fire | Ask:
     return planned(event, rules, self_ids)[0]
 
 
-def subject_of(fields: Mapping[str, str]) -> Subject:
-    """What an entry whose body was not read is about: its event type, when that is a forge word."""
-    return Subject(safe_word(fields.get("event")) or "?")
+def subject_of(event: str | None) -> Subject:
+    """What an entry is about when its body is not read: its event type, when that is a forge word."""
+    return Subject(safe_word(event) or "?")
 
 
 def planned(event: Event, rules: Rules, self_ids: SelfIds) -> tuple[Drop | Fire | Ask, Subject]:
     """``plan``, and what the delivery is about, from one projection of its body."""
+    about = subject_of(event.event)
     found = _arm(event)
     if found is None:
-        return Drop("unhandled-event"), Subject(safe_word(event.event) or "?")
+        return Drop("unhandled-event"), about
     arm, subset = found
-    subject = Subject(
-        safe_word(event.event) or "?", safe_word(arm.action(event, subset)), arm.target(subset)
-    )
-    return _settle(arm, event, subset, rules, self_ids, None, NO_TRACE).decision, subject
+    about = Subject(about.event, safe_word(arm.action(event, subset)), arm.target(subset))
+    return _settle(arm, event, subset, rules, self_ids, None, NO_TRACE).decision, about
 
 
 def resume(event: Event, rules: Rules, self_ids: SelfIds, authorized: bool) -> Drop | Fire:

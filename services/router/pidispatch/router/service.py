@@ -83,7 +83,7 @@ class _Work(msgspec.Struct):
 
 
 def _logging(fields: Fields, about: Subject | None) -> decisions.Logging:
-    return decisions.Logging(about or pipeline.subject_of(fields), is_replay(fields))
+    return decisions.Logging(about or pipeline.subject_of(fields.get("event")), is_replay(fields))
 
 
 def retry_after_ms(deliveries: int) -> int:

@@ -17,7 +17,7 @@ from pidispatch.forges.config import ForgeConfig
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, item_ref
+from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import filled
@@ -58,12 +58,12 @@ class AzureRoute(RouteDefaults):
         return {**_WORK_ITEM_ACTION, **azure_match.PR_ACTION_FOR}.get(subset.event_type)
 
     def target(self, subset: Any) -> str | None:
-        # A pull request is "!" on its repository; a work item "#" on its project (Azure's own marks).
+        # A pull request is on its project's repository; a work item on its project.
         if isinstance(subset.repository_name, str):
             project = subset.project_name if isinstance(subset.project_name, str) else None
             repo = f"{project}/{subset.repository_name}" if project else subset.repository_name
-            return item_ref(repo, "!", subset.number)
-        return item_ref(subset.project_name, "#", subset.number)
+            return delivery_target(self.name, repo, True, subset.number)
+        return delivery_target(self.name, subset.project_name, False, subset.number)
 
     async def authorize(self, question: Question, authority: Authority) -> bool:
         assert isinstance(question, AzureMembership)

@@ -17,7 +17,7 @@ from pidispatch.forges.forgejo.authority import ForgejoPermission, may_write
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, item_ref
+from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import filled
@@ -47,7 +47,8 @@ class ForgejoRoute(RouteDefaults):
 
     def target(self, subset: Any) -> str | None:
         item = subset.issue or subset.pull_request
-        return item_ref(subset.repository, "#", item.number if item else None)
+        pull = subset.pull_request is not None or subset.is_pull
+        return delivery_target(self.name, subset.repository, pull, item.number if item else None)
 
     async def authorize(self, question: Question, authority: Authority) -> bool:
         assert isinstance(question, ForgejoPermission)

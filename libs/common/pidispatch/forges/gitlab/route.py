@@ -17,7 +17,7 @@ from pidispatch.forges.gitlab.authority import GitlabMember, is_developer
 from pidispatch.router.authority import Authority
 from pidispatch.router.decision import Decision
 from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, item_ref
+from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
 from pidispatch.router.identity import IdentityCalls
 from pidispatch.router.lookup import Question, SelfIds
 from pidispatch.router.match.common import is_int
@@ -48,7 +48,7 @@ class GitLabRoute(RouteDefaults):
 
     def target(self, subset: Any) -> str | None:
         merge = subset.object_kind == "merge_request" or subset.noteable_type == "MergeRequest"
-        return item_ref(subset.project_path, "!" if merge else "#", subset.target.iid)
+        return delivery_target(self.name, subset.project_path, merge, subset.target.iid)
 
     async def authorize(self, question: Question, authority: Authority) -> bool:
         assert isinstance(question, GitlabMember)
