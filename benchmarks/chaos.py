@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 import aiodocker  # noqa: E402
 
-from pidispatch.worker.image import TEST_AGENT_SCRIPT, build_image  # noqa: E402
+from pidispatch.dev.demoimage import TEST_AGENT_SCRIPT, build_image  # noqa: E402
 from tests.support.chaos import (  # noqa: E402
     HEADER,
     TARGETS,

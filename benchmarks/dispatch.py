@@ -55,20 +55,21 @@ from pidispatch.common.embedded import find_redis_server, free_port, redis_serve
 from pidispatch.common.keys import Keys
 from pidispatch.common.log import configure_logging
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields
-from pidispatch.common.modelstandin import (
+from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.runtime import now_ms
+from pidispatch.common.settings import Settings, load_settings
+from pidispatch.dev.demoimage import TEST_AGENT_SCRIPT, build_image
+from pidispatch.dev.forgestandin import REPO as DEMO_REPO
+from pidispatch.dev.forgestandin import DemoForge, start_demo_forge
+from pidispatch.dev.modelstandin import (
     STANDIN_KEY_VAR,
     STANDIN_MODEL,
     STANDIN_PROVIDER,
     ModelStandIn,
     bridge_gateway,
 )
-from pidispatch.common.redis import Redis, create_redis
-from pidispatch.common.runtime import now_ms
-from pidispatch.common.settings import Settings, load_settings
-from pidispatch.forges.github.standin import REPO as DEMO_REPO
-from pidispatch.forges.github.standin import DemoForge, start_demo_forge
-from pidispatch.worker import dockerapi
-from pidispatch.worker.container import (
+from pidispatch.worker.engine import dockerapi
+from pidispatch.worker.engine.container import (
     CONTAINER_HOME,
     JOB_MOUNT,
     LABEL_HOST,
@@ -79,10 +80,9 @@ from pidispatch.worker.container import (
     Mount,
     to_docker_config,
 )
-from pidispatch.worker.history import record_path
-from pidispatch.worker.image import TEST_AGENT_SCRIPT, build_image
+from pidispatch.worker.engine.workspace import ensure_jobs_dir, prepare_workspace
+from pidispatch.worker.history.records import record_path
 from pidispatch.worker.service import run_worker
-from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "fixtures" / "github" / "issues.labeled.json"

@@ -43,11 +43,11 @@ from pidispatch.common.models import Event, text
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.registry import Fleet, read_live_hosts
 from pidispatch.common.scripts import INGEST
-from pidispatch.router import pipeline
-from pidispatch.router.lookup import SelfIds
-from pidispatch.router.rules import Rules
-from pidispatch.router.triggers import parse_triggers
 from pidispatch.router.trim import trim_all
+from pidispatch.triggers import pipeline
+from pidispatch.triggers.loader import parse_triggers
+from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.rules import Rules
 
 RULE_COUNTS = (2, 20, 200, 2000)
 HOST_COUNTS = (1, 10, 100, 1000)

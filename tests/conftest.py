@@ -108,7 +108,7 @@ def test_image(docker_available: bool) -> str:
         if REQUIRE_DOCKER:
             pytest.fail("PD_REQUIRE_DOCKER=1 but no Docker daemon is reachable (start dockerd)")
         pytest.skip("no Docker daemon reachable (set DOCKER_HOST or start dockerd)")
-    from pidispatch.worker.image import TEST_AGENT_SCRIPT, build_image
+    from pidispatch.dev.demoimage import TEST_AGENT_SCRIPT, build_image
 
     tag = "pd-test-agent:latest"
     asyncio.run(build_image(tag, TEST_AGENT_SCRIPT))

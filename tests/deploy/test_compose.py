@@ -27,9 +27,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pidispatch.common.dev import SAMPLE_TRIGGERS
 from pidispatch.common.embedded import free_port
-from pidispatch.forges.github.standin import DemoForge, demo_delivery, start_demo_forge
+from pidispatch.dev.forgestandin import DemoForge, demo_delivery, start_demo_forge
+from pidispatch.dev.stack import SAMPLE_TRIGGERS
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRE = os.environ.get("PD_REQUIRE_DEPLOY") == "1"

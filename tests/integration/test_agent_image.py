@@ -24,7 +24,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from pidispatch.common.keys import Keys
-from pidispatch.common.modelstandin import (
+from pidispatch.common.redis import Redis
+from pidispatch.dev.modelstandin import (
     COMPLETION_TOKENS,
     PROMPT_TOKENS,
     STANDIN_KEY_VAR,
@@ -35,7 +36,6 @@ from pidispatch.common.modelstandin import (
     ModelStandIn,
     bridge_gateway,
 )
-from pidispatch.common.redis import Redis
 from tests.support.forges import PAT
 from tests.support.polling import wait_for
 from tests.support.worker import enqueue, issue_job, record, running_worker

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from prometheus_client.exposition import generate_latest
 from structlog.testing import capture_logs
 
+from pidispatch.forges.authority import Authority
 from pidispatch.forges.azure.authority import AzureMembership
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.forgejo.authority import ForgejoPermission
@@ -20,9 +21,8 @@ from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.github.authority import GithubCloser
 from pidispatch.forges.gitlab.authority import GitlabMember
 from pidispatch.forges.http import create_http
-from pidispatch.router.authority import Authority
-from pidispatch.router.lookup import Authorized, Indeterminate
 from pidispatch.router.metrics import RouterMetrics
+from pidispatch.triggers.lookup import Authorized, Indeterminate
 from tests.support.forges import (
     FakeForge,
     Scripted,

@@ -16,7 +16,7 @@ from pidispatch.common.keys import CANCEL_ACK_TTL_MS, WORKER_GROUP, Keys
 from pidispatch.common.models import job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import ensure_group, read_group
-from pidispatch.worker import control
+from pidispatch.console import control
 from tests.support.cli import Cli
 from tests.support.polling import wait_for
 from tests.support.worker import issue_job

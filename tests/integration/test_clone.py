@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from pidispatch.common.models import Job, Target
+from pidispatch.common.outcome import InfraFault, JobConfigRefused, JobRefusal
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.clone import ASKPASS_NAME, CLONE_FAILED, SHA_GONE, clone_tip, hand_over
-from pidispatch.worker.outcome import InfraFault, JobConfigRefused, JobRefusal
-from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace
+from pidispatch.worker.engine.workspace import ensure_jobs_dir, prepare_workspace
+from pidispatch.worker.forgework.clone import ASKPASS_NAME, CLONE_FAILED, SHA_GONE, clone_tip, hand_over
 from tests.support.gitserver import GitServer, git_server
 from tests.support.polling import wait_for
 

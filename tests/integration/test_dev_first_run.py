@@ -28,8 +28,8 @@ CLEAN = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/bin:/bin"}
 def demo_image(docker_available: bool) -> str:
     if not docker_available:
         pytest.skip("no Docker daemon reachable")
-    from pidispatch.common.dev import DEMO_IMAGE
-    from pidispatch.worker.image import DEMO_AGENT_SCRIPT, build_image
+    from pidispatch.dev.demoimage import DEMO_AGENT_SCRIPT, build_image
+    from pidispatch.dev.stack import DEMO_IMAGE
 
     asyncio.run(build_image(DEMO_IMAGE, DEMO_AGENT_SCRIPT))
     return DEMO_IMAGE

@@ -39,11 +39,11 @@ from pidispatch.forges.forgejo import match as match_forgejo
 from pidispatch.forges.forgejo import payload as subset_forgejo
 from pidispatch.forges.gitlab import match as match_gitlab
 from pidispatch.forges.gitlab import payload as subset_gitlab
-from pidispatch.router.decision import Fire
-from pidispatch.router.lookup import SelfIds
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
-from pidispatch.worker import sentences
+from pidispatch.triggers.decision import Fire
+from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
+from pidispatch.worker.forgework import sentences
 from tests.support.forges import (
     ISSUE_REPO,
     PAT,

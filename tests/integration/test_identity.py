@@ -17,8 +17,8 @@ from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
-from pidispatch.router.identity import resolve_self_ids
-from pidispatch.router.lookup import SelfIds
+from pidispatch.forges.identity import resolve_self_ids
+from pidispatch.triggers.lookup import SelfIds
 from tests.support.forges import (
     FakeForge,
     azure_forge,

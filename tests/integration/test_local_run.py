@@ -19,10 +19,10 @@ from pidispatch.common.models import Job, job_from_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
-from pidispatch.worker.container import build_spec, container_name
+from pidispatch.worker.engine.container import build_spec, container_name
+from pidispatch.worker.engine.runner import Abort, remove_job_containers, run_container
+from pidispatch.worker.engine.workspace import ensure_jobs_dir, prepare_workspace, remove_workspace
 from pidispatch.worker.local import FolderFacts, inspect_folder, local_job_id, local_user
-from pidispatch.worker.runner import Abort, remove_job_containers, run_container
-from pidispatch.worker.workspace import ensure_jobs_dir, prepare_workspace, remove_workspace
 from tests.support.polling import wait_for
 from tests.support.worker import IS_ROOT, make_repo
 
@@ -218,7 +218,7 @@ def test_a_root_owned_folder_says_the_exact_chown_with_the_job_user(
 async def test_the_demo_agent_leaves_a_local_folder_clean_for_the_next_run(
     env: dict[str, str], docker, tmp_path: Path
 ) -> None:
-    from pidispatch.worker.image import DEMO_AGENT_SCRIPT, build_image
+    from pidispatch.dev.demoimage import DEMO_AGENT_SCRIPT, build_image
 
     image = "pd-test-demo-agent:latest"
     await build_image(image, DEMO_AGENT_SCRIPT)

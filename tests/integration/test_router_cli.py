@@ -12,9 +12,9 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.router import decisions
-from pidispatch.router.decision import Subject
-from pidispatch.router.decisions import RouteOutcome
+from pidispatch.triggers import decisions
+from pidispatch.triggers.decision import Subject
+from pidispatch.triggers.decisions import RouteOutcome
 from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
@@ -202,8 +202,8 @@ async def test_events_shows_a_replay_as_a_replay_and_a_cancelled_job_as_cancelle
 
 
 def test_events_reads_the_reason_cancel_writes() -> None:
-    from pidispatch.router.events import CANCEL_REASON
-    from pidispatch.worker.control import CANCEL_REASON as WRITTEN
+    from pidispatch.console.control import CANCEL_REASON as WRITTEN
+    from pidispatch.console.events import CANCEL_REASON
 
     assert CANCEL_REASON == WRITTEN
 

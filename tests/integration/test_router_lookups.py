@@ -16,10 +16,10 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
 from pidispatch.forges.gitlab.authority import GitlabMember
-from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
-from pidispatch.router.rules import RulesRef
 from pidispatch.router.service import run_router
-from pidispatch.router.triggers import parse_triggers
+from pidispatch.triggers.loader import parse_triggers
+from pidispatch.triggers.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
+from pidispatch.triggers.rules import RulesRef
 from tests.support.decisions import decision_fields
 from tests.support.payloads import load_fixture
 from tests.support.polling import wait_for

@@ -21,7 +21,7 @@ from pidispatch.common.registry import HostCache
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
 from pidispatch.router.service import run_router
-from pidispatch.router.triggers import Rules, RulesRef, parse_triggers
+from pidispatch.triggers.loader import Rules, RulesRef, parse_triggers
 from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for

@@ -15,9 +15,9 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job, Matched, RunRecord, Sender, Target, Trigger
 from pidispatch.common.redis import create_redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.worker.exitline import ExitInfo
-from pidispatch.worker.history import build_record, write_record
-from pidispatch.worker.mirror import mirror_record
+from pidispatch.worker.engine.exitline import ExitInfo
+from pidispatch.worker.history.mirror import mirror_record
+from pidispatch.worker.history.records import build_record, write_record
 
 TITLE = "Spelling error in the README file"
 T0 = 1_700_000_000_000

@@ -19,8 +19,8 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import iso_ms, now_ms
-from pidispatch.worker.firings import count_stall, guard_state
-from pidispatch.worker.schedules import Scheduler, start_schedules
+from pidispatch.worker.cron.firings import count_stall, guard_state
+from pidispatch.worker.cron.schedules import Scheduler, start_schedules
 from tests.support.polling import wait_for
 from tests.support.schedules import cli_json, cron_worker, occurrence, records
 from tests.support.worker import make_repo
@@ -128,7 +128,7 @@ exit 0
 async def test_run_trigger_runs_the_cron_job_now_and_its_event_names_the_occurrence_and_previous_run(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, tmp_path: Path
 ) -> None:
-    from pidispatch.worker.image import build_image
+    from pidispatch.dev.demoimage import build_image
 
     tag = "pd-test-event-agent:latest"
     await build_image(tag, EVENT_AGENT, docker)

@@ -18,7 +18,7 @@ import aiohttp
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker.statuspage import PAGE_TIMEOUT_S, load_web_config
+from pidispatch.console.statuspage import PAGE_TIMEOUT_S, load_web_config
 from tests.support.cli import run_cli
 from tests.support.processes import RedisProcess
 from tests.support.statusstack import HELD_JOB, serving, status_stack

@@ -13,7 +13,7 @@ from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import ensure_group, read_group
-from pidispatch.worker.waitstate import conditions_json, mark_deferred, take_hold
+from pidispatch.worker.waits.state import conditions_json, mark_deferred, take_hold
 from tests.support.cli import run_cli
 from tests.support.worker import issue_job
 

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker.control import fleet_status
+from pidispatch.console.control import fleet_status
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess
 from tests.support.worker import DockerSocketProxy, enqueue, issue_job, record, running_worker

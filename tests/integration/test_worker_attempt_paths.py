@@ -21,8 +21,9 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker import budget, ladder
-from pidispatch.worker.runner import RunResult
+from pidispatch.worker import ladder
+from pidispatch.worker.engine.runner import RunResult
+from pidispatch.worker.limits import budget
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess
 from tests.support.worker import (

@@ -21,8 +21,8 @@ from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.worker.control import cancel_job
-from pidispatch.worker.image import CAPABILITIES_LABEL, FORGES_LABEL, TEST_AGENT_SCRIPT, build_image
+from pidispatch.console.control import cancel_job
+from pidispatch.dev.demoimage import CAPABILITIES_LABEL, FORGES_LABEL, TEST_AGENT_SCRIPT, build_image
 from pidispatch.worker.local import local_job_id
 from tests.support.polling import wait_for
 from tests.support.worker import enqueue, git_repo, issue_job, record, running_worker

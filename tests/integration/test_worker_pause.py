@@ -77,8 +77,8 @@ async def test_pausing_a_host_never_seen_warns_and_still_pauses(
     env: dict[str, str], redis: Redis, keys: Keys
 ) -> None:
     from pidispatch.common.runtime import now_ms
-    from pidispatch.worker.history import build_record
-    from pidispatch.worker.mirror import mirror_record
+    from pidispatch.worker.history.mirror import mirror_record
+    from pidispatch.worker.history.records import build_record
 
     past = build_record(issue_job("past"), attempt=1, outcome="completed", reason=None, exit_code=0,
                         exit_info=None, started_at_ms=now_ms() - 5000, ended_at_ms=now_ms(), host="past-1")

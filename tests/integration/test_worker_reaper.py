@@ -14,7 +14,7 @@ import structlog
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
-from pidispatch.worker.history import build_record, write_record
+from pidispatch.worker.history.records import build_record, write_record
 from tests.support.polling import wait_for
 from tests.support.worker import issue_job, running_worker
 

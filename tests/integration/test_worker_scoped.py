@@ -20,8 +20,8 @@ from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import load_settings
-from pidispatch.worker.scopedbudget import scoped_windows
-from pidispatch.worker.scopedlimits import load_limits, rows_for
+from pidispatch.worker.limits.scoped import load_limits, rows_for
+from pidispatch.worker.limits.scopedbudget import scoped_windows
 from pidispatch.worker.service import run_worker
 from tests.support.polling import wait_for
 from tests.support.worker import enqueue, host_containers, issue_job, read_record, record, running_worker

@@ -19,8 +19,8 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.worker import sentences
-from pidispatch.worker.waitgate import dedup_id
+from pidispatch.worker.forgework import sentences
+from pidispatch.worker.waits.gate import dedup_id
 from tests.support.cli import run_cli
 from tests.support.forges import ISSUE_REPO, GithubStandIn, posted
 from tests.support.polling import wait_for

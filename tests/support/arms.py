@@ -11,9 +11,9 @@ from multidict import CIMultiDict
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.settings import load_settings
-from pidispatch.receiver.arms import Arm, Classification, RequestHead, configure_arms
+from pidispatch.forges.arms import Arm, Classification, RequestHead, configure_arms
+from pidispatch.forges.refusals import ReceiverRefusal
 from pidispatch.receiver.config import ReceiverConfig, load_receiver_config
-from pidispatch.receiver.refusals import ReceiverRefusal
 
 NOW_MS = 1_700_000_000_000
 BODY = b'{"action":"opened"}'

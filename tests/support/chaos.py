@@ -56,7 +56,7 @@ from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.models import decode_fields, text
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker import dockerapi
+from pidispatch.worker.engine import dockerapi
 from tests.support.forges import FakeForge, github_forge, set_repo
 from tests.support.gitserver import git_server
 from tests.support.payloads import load_fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pidispatch.common.dedup import digest
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
-from pidispatch.router import decisions
+from pidispatch.triggers import decisions
 
 
 async def decision_fields(redis: Redis, keys: Keys, forge: str, delivery: str) -> dict[str, str]:

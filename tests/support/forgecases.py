@@ -13,8 +13,8 @@ import aiohttp
 
 from pidispatch.common.models import Job, Target
 from pidispatch.common.runtime import now_ms
+from pidispatch.forges.api import ForgeApi, forge_api, start_forges
 from pidispatch.forges.config import ForgeConfig
-from pidispatch.worker.forge import ForgeApi, forge_api, start_forges
 from tests.support.forges import FakeForge, azure_forge, forgejo_forge, github_forge, gitlab_forge, set_repo
 
 FORGES = ("github", "gitlab", "forgejo", "azure")

@@ -18,9 +18,9 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.worker.history import record_path
-from pidispatch.worker.statuspage import WebConfig, build_app, load_web_config
-from pidispatch.worker.waitstate import conditions_json, take_hold
+from pidispatch.console.statuspage import WebConfig, build_app, load_web_config
+from pidispatch.worker.history.records import record_path
+from pidispatch.worker.waits.state import conditions_json, take_hold
 from tests.support.decisions import decision_fields
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for

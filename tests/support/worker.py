@@ -22,8 +22,8 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.common.streams import wire
-from pidispatch.worker import dockerapi
-from pidispatch.worker.history import record_path
+from pidispatch.worker.engine import dockerapi
+from pidispatch.worker.history.records import record_path
 from pidispatch.worker.local import local_job_id
 from pidispatch.worker.service import run_worker
 from tests.support.payloads import load_fixture

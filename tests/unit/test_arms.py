@@ -7,7 +7,7 @@ import pytest
 from pidispatch import forges
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.settings import Settings
-from pidispatch.receiver.arms import configure_arms, forge_for_path, normalise_path
+from pidispatch.forges.arms import configure_arms, forge_for_path, normalise_path
 from pidispatch.receiver.config import WEBHOOK_SECRET_VARS, load_receiver_config
 from tests.support.arms import receiver_config
 from tests.support.receiver import (

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from pidispatch.common.models import Job, Matched, Target, Trigger
-from pidispatch.worker.authored import refusal
-from pidispatch.worker.disarm import disarm_file, should_disarm
+from pidispatch.worker.forgework.authored import refusal
+from pidispatch.worker.forgework.disarm import disarm_file, should_disarm
 
 KIND = "github"
 AT = "2026-05-01T10:00:00Z"

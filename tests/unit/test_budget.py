@@ -11,16 +11,16 @@ from redis.exceptions import RedisError
 
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import BUDGET_DAY_TTL_S, BUDGET_MONTH_TTL_S, BUDGET_WEEK_TTL_S, Keys
+from pidispatch.common.outcome import JobRefusal
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.budget import (
+from pidispatch.worker.limits.budget import (
     Reservation,
     record_token_spend,
     reserve,
     token_cap_refusal,
     windows,
 )
-from pidispatch.worker.outcome import JobRefusal
 
 
 def ms(iso: str) -> int:

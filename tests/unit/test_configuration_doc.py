@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from pidispatch.common.unsupported import HONOURED, UNSUPPORTED
-from pidispatch.router.runfields import REFUSED_RUN, RUN_KEYS, cron_run_keys
-from pidispatch.router.triggers import ENTRY_KEYS, FILE_KEYS, ON_KEYS, REFUSED_ON, REFUSED_ON_TYPES
+from pidispatch.triggers.loader import ENTRY_KEYS, FILE_KEYS, ON_KEYS, REFUSED_ON, REFUSED_ON_TYPES
+from pidispatch.triggers.runfields import REFUSED_RUN, RUN_KEYS, cron_run_keys
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 NAME = re.compile(r"`([^`]+)`")

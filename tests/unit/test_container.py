@@ -9,7 +9,7 @@ import pytest
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import load_settings
-from pidispatch.worker.container import (
+from pidispatch.worker.engine.container import (
     ContainerSpec,
     SpecRefused,
     build_spec,

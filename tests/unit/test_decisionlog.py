@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pidispatch.router import decisionlog
-from pidispatch.router.decision import Subject
 from pidispatch.router.decisionlog import Logged
+from pidispatch.triggers.decision import Subject
 
 AT = 1_764_583_200_123  # 2025-12-01T10:00:00.123Z
 

@@ -7,8 +7,8 @@ import pytest
 
 from pidispatch.common.dedup import DAY_MS
 from pidispatch.common.models import Job
-from pidispatch.router import decisions, jobs
-from pidispatch.router.decisions import Decided
+from pidispatch.triggers import decisions, jobs
+from pidispatch.triggers.decisions import Decided
 
 FORGE = jobs.FORGES[0].name
 DELIVERY = "72d3162e-1111-2222-3333-444455556666"

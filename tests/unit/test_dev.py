@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.common.dev import DEMO_LABEL, SAMPLE_TRIGGERS, demo_curl
 from pidispatch.common.errors import ConfigError
-from pidispatch.forges.github.standin import demo_delivery
+from pidispatch.dev.forgestandin import demo_delivery
+from pidispatch.dev.stack import DEMO_LABEL, SAMPLE_TRIGGERS, demo_curl
 
 
 def test_demo_delivery_fires_the_sample_rule() -> None:
@@ -70,7 +70,7 @@ class _Docker:
 
 
 async def test_a_demo_image_without_the_any_uid_capability_is_rebuilt() -> None:
-    from pidispatch.common.dev import DEMO_CAPABILITIES_LABEL, _demo_image_current
+    from pidispatch.dev.stack import DEMO_CAPABILITIES_LABEL, _demo_image_current
 
     assert await _demo_image_current(_Docker({DEMO_CAPABILITIES_LABEL: "replicas, anyUid"}))
     assert not await _demo_image_current(_Docker({}))  # built by an older version: every job refused

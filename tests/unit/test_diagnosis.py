@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from pidispatch.common.settings import load_settings_by_part
+from pidispatch.console import diagnosis as dx
+from pidispatch.console.diagnosis import FAIL, OK, WARN, Check
+from pidispatch.console.doctor import render
 from pidispatch.forges.config import load_forge_config_by_forge
-from pidispatch.worker import diagnosis as dx
-from pidispatch.worker.diagnosis import FAIL, OK, WARN, Check
-from pidispatch.worker.doctor import render
-from pidispatch.worker.preflight import ImageFacts
+from pidispatch.worker.engine.preflight import ImageFacts
 
 GOOD_IMAGE = ImageFacts("sha256:1", "0.73.1", None, ("anyUid", "costCap"))
 

@@ -8,10 +8,10 @@ import pytest
 from pidispatch.common.dollars import lower_cap, usd_micros
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job
+from pidispatch.common.outcome import JobConfigRefused, JobRefusal
 from pidispatch.common.settings import load_settings
-from pidispatch.worker.environment import container_env, effective_cost_micros
-from pidispatch.worker.outcome import JobConfigRefused, JobRefusal
-from pidispatch.worker.preflight import ImageFacts, image_refusal
+from pidispatch.worker.engine.environment import container_env, effective_cost_micros
+from pidispatch.worker.engine.preflight import ImageFacts, image_refusal
 
 REFUSED = ["0", "-1", "1.0000001", "1e3", "abc", "1000000.01", "0.0000001", "01", "1.", ".5", "+1", "1,5"]
 

@@ -6,9 +6,9 @@ import pytest
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
+from pidispatch.common.outcome import JobConfigRefused
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.environment import container_env
-from pidispatch.worker.outcome import JobConfigRefused
+from pidispatch.worker.engine.environment import container_env
 from tests.support.payloads import load_fixture
 
 NAME = "pi-job-gh-1"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pidispatch.console.events import listing, shown_outcome
 from pidispatch.router.decisionlog import Logged
-from pidispatch.router.events import listing, shown_outcome
 
 
 def _line(entry: str, outcome: str, at: int, **extra: Any) -> Logged:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pidispatch.worker.exitline import TAIL_BYTES, ExitInfo, Tail, parse_exit_line
+from pidispatch.worker.engine.exitline import TAIL_BYTES, ExitInfo, Tail, parse_exit_line
 
 EXIT = '{"event":"exit","turns":3,"tokens":{"input":10,"output":5,"total":15,"cost":0.01}}'
 

@@ -9,12 +9,12 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import Event
-from pidispatch.router.decisions import Decided
-from pidispatch.router.explain import Explanation, RuleEntry
-from pidispatch.router.lookup import SelfIds
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.pipeline import explain
-from pidispatch.router.rules import (
+from pidispatch.triggers.decisions import Decided
+from pidispatch.triggers.explain import Explanation, RuleEntry
+from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.pipeline import explain
+from pidispatch.triggers.rules import (
     CommentRule,
     CronRule,
     ForgeGroup,

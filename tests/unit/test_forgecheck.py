@@ -1,4 +1,4 @@
-"""The worker's pure checks of forge answers and job addresses (``pidispatch.worker.forgecheck``)."""
+"""The worker's pure checks of forge answers and job addresses (``pidispatch.forges.check``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from pidispatch.worker.forgecheck import RATE_LIMITED, UNAVAILABLE, check_branch, check_clone_url, failure
-from pidispatch.worker.outcome import InfraFault, JobConfigRefused
+from pidispatch.common.outcome import InfraFault, JobConfigRefused
+from pidispatch.forges.check import RATE_LIMITED, UNAVAILABLE, check_branch, check_clone_url, failure
 
 
 @pytest.mark.parametrize(("url", "api", "ok"), [

@@ -10,14 +10,14 @@ import pytest
 
 from pidispatch import forges
 from pidispatch.common.envnames import FORGE_TOKEN_VARS, RESERVED_SECRET_NAMES
-from pidispatch.forges import FORGES, by_name, names
+from pidispatch.forges import FORGES, by_name, identity, names
+from pidispatch.forges.arms import FALLTHROUGH_FORGE, FORGE_PATHS
+from pidispatch.forges.authority import FAILED_EVENT
 from pidispatch.forges.config import FORGE_VARIABLES, ForgeConfig
-from pidispatch.receiver.arms import FALLTHROUGH_FORGE, FORGE_PATHS
-from pidispatch.router import identity, pipeline
-from pidispatch.router.authority import FAILED_EVENT
-from pidispatch.router.jobs import JOB_ID_PREFIX
-from pidispatch.router.rules import Rules
-from pidispatch.router.triggers import FORGE_KINDS, PR_ACTIONS
+from pidispatch.triggers import pipeline
+from pidispatch.triggers.jobs import JOB_ID_PREFIX
+from pidispatch.triggers.loader import FORGE_KINDS, PR_ACTIONS
+from pidispatch.triggers.rules import Rules
 from pidispatch.worker.ladder import GIT_USERNAMES
 
 

@@ -18,8 +18,9 @@ from structlog.testing import capture_logs
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import Settings
-from pidispatch.worker.exitline import ExitInfo
-from pidispatch.worker.history import (
+from pidispatch.worker.engine.exitline import ExitInfo
+from pidispatch.worker.engine.jobname import MAX_NAME, job_file_name
+from pidispatch.worker.history.records import (
     build_record,
     encode_record,
     iso_ms,
@@ -30,7 +31,6 @@ from pidispatch.worker.history import (
     sweep_logs,
     write_record,
 )
-from pidispatch.worker.jobname import MAX_NAME, job_file_name
 from tests.support.polling import wait_for
 
 TITLE = "Spelling error in the README file"

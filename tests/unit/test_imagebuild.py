@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.common.imagebuild import HASH_LEN, build_hash, human_size, trusted_bundle
+from pidispatch.dev.imagebuild import HASH_LEN, build_hash, human_size, trusted_bundle
 
 
 def test_hash_is_stable_and_order_independent() -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.common import cli, jobimage
+from pidispatch.common import cli
 from pidispatch.common.errors import ConfigError
-from pidispatch.common.imagebuild import EXTRA_CA_NAME
-from pidispatch.common.jobimage import BuildPlan, build_argv, context_files, find_image_dir, plan
+from pidispatch.dev import jobimage
+from pidispatch.dev.imagebuild import EXTRA_CA_NAME
+from pidispatch.dev.jobimage import BuildPlan, build_argv, context_files, find_image_dir, plan
 
 
 def parse(*argv: str) -> argparse.Namespace:

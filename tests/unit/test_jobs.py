@@ -4,8 +4,8 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, encode_job
-from pidispatch.router.jobs import JobIdError, build_job, fan_out, job_id, planned, semantic_key
-from pidispatch.router.rules import RunSpec
+from pidispatch.triggers.jobs import JobIdError, build_job, fan_out, job_id, planned, semantic_key
+from pidispatch.triggers.rules import RunSpec
 
 D = "0f1e2d3c-aaaa-bbbb-cccc-000000000001"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.worker.git import git_env
+from pidispatch.common.outcome import JobRefusal
+from pidispatch.worker.forgework.git import git_env
 from pidispatch.worker.local import (
     NO_COMMIT,
     NOT_A_REPO,
@@ -27,7 +28,6 @@ from pidispatch.worker.local import (
     local_user,
     queued_minute,
 )
-from pidispatch.worker.outcome import JobRefusal
 
 IS_ROOT = os.geteuid() == 0
 # 2026-11-30 12:34:00 UTC

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pidispatch.common.models import Matched, Target
-from pidispatch.router.decision import Decision, Drop
-from pidispatch.router.explain import Trace
-from pidispatch.router.match.close import close_route, find_close_rule
-from pidispatch.router.rules import CloseRule, RunSpec
+from pidispatch.triggers.decision import Decision, Drop
+from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.match.close import close_route, find_close_rule
+from pidispatch.triggers.rules import CloseRule, RunSpec
 
 
 def close(index: int, actions: tuple[str, ...] = ("closed",), number: int | None = None) -> CloseRule:

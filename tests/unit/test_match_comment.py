@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from pidispatch.router.decision import Drop
-from pidispatch.router.match.comment import resolve
-from pidispatch.router.rules import CommentRule, RunSpec
+from pidispatch.triggers.decision import Drop
+from pidispatch.triggers.match.comment import resolve
+from pidispatch.triggers.rules import CommentRule, RunSpec
 
 KNOWN = frozenset({"fix", "review", "a.b"})
 

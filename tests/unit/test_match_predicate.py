@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pidispatch.router.match.predicate import Predicate, matched_label, matches, why_not
+from pidispatch.triggers.match.predicate import Predicate, matched_label, matches, why_not
 
 P = Predicate(any=("a", "b"), all=("c",), none=("d",))
 

@@ -11,10 +11,8 @@ from structlog.testing import capture_logs
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job, Matched, RunRecord, Sender, Target, Trigger
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.worker import mirror as mirror_module
-from pidispatch.worker.exitline import ExitInfo
-from pidispatch.worker.history import build_record, encode_record
-from pidispatch.worker.mirror import (
+from pidispatch.worker.engine.exitline import ExitInfo
+from pidispatch.worker.history.mirror import (
     DAY_MS,
     RUNS_INDEX_MAX,
     Mirror,
@@ -24,6 +22,8 @@ from pidispatch.worker.mirror import (
     mirror_window_ms,
     read_mirror,
 )
+from pidispatch.worker.history.records import build_record, encode_record
+from pidispatch.worker.history import mirror as mirror_module
 from tests.support.processes import RedisProcess
 
 T0 = 1_700_000_000_000

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pidispatch.common.modelstandin import (
+from pidispatch.dev.modelstandin import (
     COMPLETION_TOKENS,
     FINAL_TEXT,
     PROMPT_TOKENS,

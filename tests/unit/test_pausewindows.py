@@ -10,7 +10,7 @@ import pytest
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job
-from pidispatch.worker.pausewindows import load_windows, parse_windows, pause_until
+from pidispatch.worker.limits.pausewindows import load_windows, parse_windows, pause_until
 
 REPO = Job(id="gh-1", kind="github", repo="Owner/App")
 LOCAL = Job(id="local-1", kind="local", repo="local:app", folder="/srv/app")

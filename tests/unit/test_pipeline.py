@@ -13,11 +13,11 @@ from pidispatch.forges.azure.authority import AzureMembership
 from pidispatch.forges.forgejo.authority import ForgejoPermission
 from pidispatch.forges.github.authority import GithubCloser
 from pidispatch.forges.gitlab.authority import GitlabMember
-from pidispatch.router.jobs import semantic_key
-from pidispatch.router.lookup import SelfIds
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.pipeline import Ask, Drop, Fire, MalformedPayload, Subject, plan, planned, resume
-from pidispatch.router.rules import (
+from pidispatch.triggers.jobs import semantic_key
+from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.pipeline import Ask, Drop, Fire, MalformedPayload, Subject, plan, planned, resume
+from pidispatch.triggers.rules import (
     CloseRule,
     CommentRule,
     ForgeGroup,

@@ -14,17 +14,17 @@ import pytest
 from aiohttp import web
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
+from pidispatch.common.outcome import InfraFault, JobRefusal
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.image import (
+from pidispatch.dev.demoimage import (
     CAPABILITIES_LABEL,
     FORGES_LABEL,
     PI_VERSION_LABEL,
     TEST_AGENT_SCRIPT,
     build_image,
 )
-from pidispatch.worker.outcome import InfraFault, JobRefusal
-from pidispatch.worker.preflight import ImageFacts, image_facts, image_refusal, inspect_image
-from pidispatch.worker.runner import DockerUnavailable
+from pidispatch.worker.engine.preflight import ImageFacts, image_facts, image_refusal, inspect_image
+from pidispatch.worker.engine.runner import DockerUnavailable
 from tests.support.payloads import load_fixture
 
 ALL_CAPS = ("anyUid", "replicas", "commands", "excludeTools", "modelPolicy", "costCap")

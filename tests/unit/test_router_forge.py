@@ -12,20 +12,23 @@ import pytest
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges import FORGES
+from pidispatch.forges import route as router_forge
+from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
-from pidispatch.router import forge as router_forge
-from pidispatch.router.authority import Authority
+from pidispatch.forges.identity import explicit_self_ids
+from pidispatch.forges.route import token_sources
 from pidispatch.router.commands import require_credentials
-from pidispatch.router.forge import token_sources
-from pidispatch.router.identity import explicit_self_ids
-from pidispatch.router.lookup import Question, SelfIds
-from pidispatch.router.triggers import parse_triggers
+from pidispatch.triggers.loader import parse_triggers
+from pidispatch.triggers.lookup import Question, SelfIds
 
 # Generic router modules: importing them must load no forge's router parts (those load on first use).
-GENERIC = ("pipeline", "authority", "identity", "triggers", "runfields", "jobs", "events", "explain",
-           "commands", "rules", "lookup", "service")
+GENERIC = (
+    "triggers.pipeline", "forges.authority", "forges.identity", "triggers.loader", "triggers.runfields",
+    "triggers.jobs", "console.events", "triggers.explain", "router.commands", "triggers.rules",
+    "triggers.lookup", "router.service",
+)
 FORGE_PARTS = ("route", "match", "payload", "authority", "identity")
 
 
@@ -40,7 +43,7 @@ def test_every_forge_has_its_route() -> None:
 
 
 def test_the_generic_modules_load_no_forge_part() -> None:
-    imports = "; ".join(f"import pidispatch.router.{m}" for m in GENERIC)
+    imports = "; ".join(f"import pidispatch.{m}" for m in GENERIC)
     parts = [f"{f.package}.{p}" for f in FORGES for p in FORGE_PARTS]
     code = f"import sys; {imports}; print(sorted(m for m in {parts!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pidispatch.router.explain import NO_TRACE, Trace
-from pidispatch.router.match.common import first_label_rule
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import ForgeGroup, LabelIndex, LabelRule, PullRequestRule, RunSpec, pr_index
+from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.match.common import first_label_rule
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.rules import ForgeGroup, LabelIndex, LabelRule, PullRequestRule, RunSpec, pr_index
 
 LABELS = st.sampled_from(["bug", "pi:a", "pi:b", "docs", "blocked", "wontfix"])
 PREDICATES = st.builds(

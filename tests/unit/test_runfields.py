@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.router.modelref import split_model_entry, usd_micros
-from pidispatch.router.rules import RunSpec
-from pidispatch.router.runfields import BACKENDS, REFUSED_RUN, RESERVED_SECRET_NAMES, RUN_KEYS, near_miss
-from pidispatch.router.triggers import Rules, parse_triggers
-from pidispatch.router.waitfor import after_instant_ms
+from pidispatch.triggers.loader import Rules, parse_triggers
+from pidispatch.triggers.modelref import split_model_entry, usd_micros
+from pidispatch.triggers.rules import RunSpec
+from pidispatch.triggers.runfields import BACKENDS, REFUSED_RUN, RESERVED_SECRET_NAMES, RUN_KEYS, near_miss
+from pidispatch.triggers.waitfor import after_instant_ms
 
 AFTER = "2026-09-01T09:00:00Z"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pidispatch.worker.runner import Abort, RunResult, classify, never_started_code
+from pidispatch.worker.engine.runner import Abort, RunResult, classify, never_started_code
 
 
 def result(code: int, *, aborted: bool = False, reason: str | None = None) -> RunResult:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.common.scaffold import ENV_FILE, EXAMPLES_FILE, TRIGGERS_FILE, init_command
-from pidispatch.router.triggers import ON_TYPES, load_triggers
+from pidispatch.dev.scaffold import ENV_FILE, EXAMPLES_FILE, TRIGGERS_FILE, init_command
+from pidispatch.triggers.loader import ON_TYPES, load_triggers
 
 
 def _contents(folder: Path) -> dict[str, bytes]:

@@ -14,9 +14,10 @@ from pidispatch.common.cronpattern import next_occurrence, schedule_of, schedule
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.registry import HostRow, parse_row
 from pidispatch.common.settings import load_settings
-from pidispatch.router.rules import CronRule
-from pidispatch.worker.crongate import definitions, fleet_fingerprint
-from pidispatch.worker.schedules import (
+from pidispatch.console.scheduleview import ROW_KEYS, render_table, schedule_rows, trigger_problem
+from pidispatch.triggers.rules import CronRule
+from pidispatch.worker.cron.gate import definitions, fleet_fingerprint
+from pidispatch.worker.cron.schedules import (
     GRACE_MS,
     Loaded,
     Scheduler,
@@ -25,7 +26,6 @@ from pidispatch.worker.schedules import (
     host_zone,
     served,
 )
-from pidispatch.worker.scheduleview import ROW_KEYS, render_table, schedule_rows, trigger_problem
 
 AMS = ZoneInfo("Europe/Amsterdam")
 

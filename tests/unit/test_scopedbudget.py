@@ -12,14 +12,14 @@ import pytest
 from pidispatch import forges
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job
+from pidispatch.common.outcome import JobRefusal
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker import scopedlease
-from pidispatch.worker.budget import Reservation
-from pidispatch.worker.outcome import JobRefusal
-from pidispatch.worker.scopedbudget import reserve_all, scoped_windows
-from pidispatch.worker.scopedlease import lease_sets, take_lease
-from pidispatch.worker.scopedlimits import ScopedLimit, parse_limits, rows_for
+from pidispatch.worker.limits import scopedlease
+from pidispatch.worker.limits.budget import Reservation
+from pidispatch.worker.limits.scoped import ScopedLimit, parse_limits, rows_for
+from pidispatch.worker.limits.scopedbudget import reserve_all, scoped_windows
+from pidispatch.worker.limits.scopedlease import lease_sets, take_lease
 from tests.support.polling import poll_until
 
 NOW = int(dt.datetime(2026, 12, 3, 12, tzinfo=dt.UTC).timestamp() * 1000)

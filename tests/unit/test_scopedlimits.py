@@ -13,8 +13,8 @@ from pidispatch import forges
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job
-from pidispatch.worker.scopedbudget import scoped_windows
-from pidispatch.worker.scopedlimits import load_limits, parse_limits, rows_for
+from pidispatch.worker.limits.scoped import load_limits, parse_limits, rows_for
+from pidispatch.worker.limits.scopedbudget import scoped_windows
 
 FORGE, OTHER = forges.names()[0], forges.names()[1]
 REPO = Job(id="f-1", kind=FORGE, repo="Owner/App")

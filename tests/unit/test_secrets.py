@@ -10,9 +10,9 @@ import pytest
 import structlog
 
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
+from pidispatch.common.outcome import InfraFault, JobRefusal
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.worker.outcome import InfraFault, JobRefusal
-from pidispatch.worker.secrets import resolve_secrets
+from pidispatch.worker.engine.secrets import resolve_secrets
 from tests.support.payloads import load_fixture
 from tests.support.polling import wait_for
 

@@ -4,11 +4,14 @@ import re
 
 import pytest
 
-from pidispatch.worker import budget, local, secrets, sentences
-from pidispatch.worker.exitline import RUNNER_POLICY_REASONS
-from pidispatch.worker.preflight import CAPABILITY_GATES
-from pidispatch.worker.runner import OPERATOR_CANCEL
-from pidispatch.worker.sentences import FAILED, REFUSAL_GENERIC, STOP_GENERIC, refusal, stopped
+from pidispatch.worker import local
+from pidispatch.worker.engine import secrets
+from pidispatch.worker.engine.exitline import RUNNER_POLICY_REASONS
+from pidispatch.worker.engine.preflight import CAPABILITY_GATES
+from pidispatch.worker.engine.runner import OPERATOR_CANCEL
+from pidispatch.worker.forgework import sentences
+from pidispatch.worker.forgework.sentences import FAILED, REFUSAL_GENERIC, STOP_GENERIC, refusal, stopped
+from pidispatch.worker.limits import budget
 
 # Every pre-spend refusal the worker can record today, taken from the modules that produce them, plus
 # the rows this issue adds (branch protection, the forge clone) and the config classifier's.

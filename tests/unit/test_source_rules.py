@@ -10,6 +10,8 @@ from collections import defaultdict
 from tests.support.sources import ROOT, SOURCES
 
 FORGE_PACKAGE = ROOT / "libs" / "common" / "pidispatch" / "forges"
+# Dev tooling's stand-in plays one forge by definition: the only other module allowed to name it.
+STAND_IN = ROOT / "services" / "dev" / "pidispatch" / "dev" / "forgestandin.py"
 FORGE_NAME = re.compile(r"github|gitlab|forgejo|gitea|azure", re.IGNORECASE)
 # A configuration variable's name (GITLAB_WEBHOOK_SECRET) may name its forge anywhere.
 VARIABLE = re.compile(r"[A-Z0-9_]*(?:GITHUB|GITLAB|FORGEJO|GITEA|AZURE)[A-Z0-9_]*")
@@ -44,7 +46,7 @@ def test_sources_were_found() -> None:
 def test_no_module_outside_the_forge_package_names_a_forge() -> None:
     found = {
         str(p.relative_to(ROOT)): hits for p in SOURCES
-        if FORGE_PACKAGE not in p.parents and (hits := forge_literals(p.read_text()))
+        if FORGE_PACKAGE not in p.parents and p != STAND_IN and (hits := forge_literals(p.read_text()))
     }
     assert found == {}
 

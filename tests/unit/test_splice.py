@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pidispatch.worker.splice import add_on_key
+from pidispatch.worker.forgework.splice import add_on_key
 
 MARK = {"at": "2026-05-01T10:00:00Z", "jobId": "gh-abc"}
 PRETTY = """{

@@ -9,11 +9,11 @@ import pytest
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import RunRecord
 from pidispatch.common.registry import HostRow
-from pidispatch.router.decisions import Decided
-from pidispatch.router.events import Delivery
-from pidispatch.worker import statushtml as h
-from pidispatch.worker.statusdata import DeliveryTrace, Overview, QueueRow, RunRow
-from pidispatch.worker.statuspage import authorized, check_exposure, web_credentials
+from pidispatch.console import statushtml as h
+from pidispatch.console.events import Delivery
+from pidispatch.console.statusdata import DeliveryTrace, Overview, QueueRow, RunRow
+from pidispatch.console.statuspage import authorized, check_exposure, web_credentials
+from pidispatch.triggers.decisions import Decided
 
 EVIL = "<script>alert(1)</script>"
 

@@ -10,10 +10,7 @@ from typing import Any
 import pytest
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import CloseRule, ForgeGroup, PullRequestRule, RunSpec
-from pidispatch.router.runfields import RUN_KEYS
-from pidispatch.router.triggers import (
+from pidispatch.triggers.loader import (
     FORGE_KINDS,
     ISSUE_ACTIONS,
     ON_KEYS,
@@ -24,6 +21,9 @@ from pidispatch.router.triggers import (
     load_triggers,
     parse_triggers,
 )
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.rules import CloseRule, ForgeGroup, PullRequestRule, RunSpec
+from pidispatch.triggers.runfields import RUN_KEYS
 
 CRON = {"on": {"type": "cron", "id": "nightly", "pattern": "0 3 * * *"},
         "run": {"kind": "local", "folder": "/srv/app", "task": "tidy", "flow": "tidy"}}

@@ -1,4 +1,4 @@
-"""pidispatch.receiver.verify and .refusals: the credential checks, body reads and shared answers.
+"""pidispatch.forges.verify and .refusals: the credential checks, body reads and shared answers.
 
 Published vectors first (GitHub's documented example, RFC 4231 case 2, the Standard Webhooks spec
 example), then differential tests against the ``standardwebhooks`` reference package. Each forge's
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from pidispatch.receiver import refusals, verify
-from pidispatch.receiver.verify import (
+from pidispatch.forges import refusals, verify
+from pidispatch.forges.verify import (
     NO_MATCH,
     decode_gitlab_signing_key,
     github_signature_ok,

@@ -14,10 +14,10 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job, Matched, Target, Trigger
 from pidispatch.common.redis import Redis
 from pidispatch.common.waitsettings import WaitSettings, load_wait_settings
-from pidispatch.worker import waitstate
+from pidispatch.worker.engine.runner import Abort
 from pidispatch.worker.program import ProgramRun
-from pidispatch.worker.runner import Abort
-from pidispatch.worker.waitgate import (
+from pidispatch.worker.waits import state as waitstate
+from pidispatch.worker.waits.gate import (
     Defer,
     Refuse,
     WaitGate,

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.worker.control import format_status
-from pidispatch.worker.waitstate import HoldState, conditions_json, parse_hold
-from pidispatch.worker.waitview import EMPTY, ROW_KEYS, parse_conditions, render_table, wait_rows
+from pidispatch.console.control import format_status
+from pidispatch.console.waitview import EMPTY, ROW_KEYS, parse_conditions, render_table, wait_rows
+from pidispatch.worker.waits.state import HoldState, conditions_json, parse_hold
 
 SINCE = 1_780_000_000_000  # 2026-05-28T20:26:40.000Z
 CONDITIONS = conditions_json([{"after": "2026-05-29T06:00:00Z"}, {"profile": "ci-green"}])

@@ -17,10 +17,10 @@ from structlog.testing import capture_logs
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.filewatch import signature
 from pidispatch.common.models import Job, Matched, Target, Trigger
-from pidispatch.router.rules import RulesRef
-from pidispatch.router.triggers import TRIGGERS_MAX_BYTES, load_triggers
 from pidispatch.router.watch import watch_triggers
-from pidispatch.worker.disarm import disarm_file
+from pidispatch.triggers.loader import TRIGGERS_MAX_BYTES, load_triggers
+from pidispatch.triggers.rules import RulesRef
+from pidispatch.worker.forgework.disarm import disarm_file
 from tests.support.polling import wait_for
 
 LABEL = {"on": {"type": "label", "any": ["pi:go"]}, "run": {"kind": "github", "flow": "fix"}}

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
+from pidispatch.common.outcome import AttemptOutcome
+from pidispatch.worker.engine.runner import RunResult
 from pidispatch.worker.metrics import WorkerMetrics
-from pidispatch.worker.outcome import AttemptOutcome
-from pidispatch.worker.runner import RunResult
 from tests.support.scrape import Samples, labelled, parse, sample
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pidispatch.worker.reaper import should_remove
+from pidispatch.worker.engine.reaper import should_remove
 
 
 @pytest.mark.parametrize(

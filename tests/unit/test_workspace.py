@@ -13,7 +13,7 @@ import pytest
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.settings import load_settings
-from pidispatch.worker.workspace import (
+from pidispatch.worker.engine.workspace import (
     build_event,
     build_prompt,
     ensure_jobs_dir,

@@ -1,5 +1,5 @@
 """Every forge's worker API (``pidispatch.forges.<name>.api``) against its stand-in, one case per forge:
-the shared request path (``pidispatch.worker.forgeclient``) and the registry lookup the worker uses."""
+the shared request path (``pidispatch.forges.client``) and the registry lookup the worker uses."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import aiohttp
 import pytest
 
 from pidispatch.common.models import Job, Target
+from pidispatch.common.outcome import InfraFault, JobConfigRefused
 from pidispatch.common.runtime import now_ms
 from pidispatch.forges import FORGES as REGISTRY
 from pidispatch.forges import names
+from pidispatch.forges.api import Tip, start_forges
+from pidispatch.forges.check import RATE_LIMITED, UNAVAILABLE
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.worker.forge import Tip, start_forges
-from pidispatch.worker.forgecheck import RATE_LIMITED, UNAVAILABLE
-from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 from tests.support.forgecases import (
     AZURE_PROJECT,
     FAKES,

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
+from pidispatch.common.outcome import JobConfigRefused
 from pidispatch.forges.azure.api import AzureApi, strip_username
+from pidispatch.forges.check import failure
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.worker.forgecheck import failure
-from pidispatch.worker.outcome import JobConfigRefused
 from tests.support.forgecases import KEYS, NEW_SHA, ROUTES, TOKENS, Case, forge_env
 from tests.support.forges import TIP_SHA, azure_forge, set_repo
 

@@ -14,11 +14,11 @@ import pytest
 from pidispatch.common.models import encode_job
 from pidispatch.forges.azure.match import decide, stable_actor_id
 from pidispatch.forges.azure.payload import project
-from pidispatch.router.decision import Drop, Fire
-from pidispatch.router.jobs import semantic_key
-from pidispatch.router.lookup import SelfIds
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
+from pidispatch.triggers.decision import Drop, Fire
+from pidispatch.triggers.jobs import semantic_key
+from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
 from tests.support.payloads import WORKITEM_COMMENTED, WORKITEM_CREATED, WORKITEM_UPDATED, load_fixture
 
 SELF = SelfIds(azure_id="0f0f0f0f-0000-4000-8000-00000000beef", azure_email="pi-bot@example.com")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pidispatch.forges.azure.payload import AzureSubset, extract_email, parse_tags, project
-from pidispatch.router.subsets import MalformedPayload
+from pidispatch.triggers.subsets import MalformedPayload
 from tests.support.payloads import (
     FIXTURES,
     WORKITEM_COMMENTED,

@@ -6,6 +6,8 @@ import base64
 
 import pytest
 
+from pidispatch.forges import refusals
+from pidispatch.forges.arms import Classification
 from pidispatch.forges.azure.receive import (
     AZURE_EVENT_TYPES,
     AZURE_INVALID_CREDENTIAL,
@@ -15,9 +17,7 @@ from pidispatch.forges.azure.receive import (
     azure_credential_match,
     azure_preamble,
 )
-from pidispatch.receiver import refusals
-from pidispatch.receiver.arms import Classification
-from pidispatch.receiver.verify import token_digest
+from pidispatch.forges.verify import token_digest
 from tests.support.arms import NEVER_STORED, arm_for, refused, run_arm
 from tests.support.receiver import (
     AZURE_BASIC_SECRET,

@@ -12,10 +12,10 @@ import pytest
 from pidispatch.common.models import encode_job
 from pidispatch.forges.forgejo.match import decide
 from pidispatch.forges.forgejo.payload import project
-from pidispatch.router.decision import Drop, Fire
-from pidispatch.router.jobs import semantic_key
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import (
+from pidispatch.triggers.decision import Drop, Fire
+from pidispatch.triggers.jobs import semantic_key
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.rules import (
     CloseRule,
     CommentRule,
     ForgeGroup,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pidispatch.forges.forgejo.payload import project
-from pidispatch.router.subsets import MalformedPayload
+from pidispatch.triggers.subsets import MalformedPayload
 from tests.support.payloads import FIXTURES, load_fixture
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
+from pidispatch.forges import refusals
+from pidispatch.forges.arms import Classification
 from pidispatch.forges.forgejo.receive import FORGEJO_EVENTS
 from pidispatch.forges.webhook import MISSING_EVENT_HEADERS
-from pidispatch.receiver import refusals
-from pidispatch.receiver.arms import Classification
 from tests.support.arms import BODY, NEVER_STORED, arm_for, receiver_config, refused, run_arm
 from tests.support.receiver import (
     FORGEJO_SECRET,

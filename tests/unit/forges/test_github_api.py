@@ -15,13 +15,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import Job, Target
+from pidispatch.common.outcome import InfraFault, JobConfigRefused
 from pidispatch.common.runtime import now_ms
+from pidispatch.forges.check import RATE_LIMITED, UNAVAILABLE
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.github.api import API, GithubApi
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
-from pidispatch.worker.forgecheck import RATE_LIMITED, UNAVAILABLE
-from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 from tests.support.forgecases import forge_env
 from tests.support.forges import TIP_SHA, FakeForge, disconnect, github_forge, raw, reply, set_repo
 

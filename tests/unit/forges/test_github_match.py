@@ -14,9 +14,10 @@ import pytest
 from pidispatch.common.models import encode_job
 from pidispatch.forges.github.match import Drop, Fire, decide, wants_closer_authority
 from pidispatch.forges.github.payload import project
-from pidispatch.router.jobs import semantic_key
-from pidispatch.router.match.predicate import Predicate
-from pidispatch.router.rules import (
+from pidispatch.triggers.jobs import semantic_key
+from pidispatch.triggers.loader import parse_triggers
+from pidispatch.triggers.match.predicate import Predicate
+from pidispatch.triggers.rules import (
     CloseRule,
     CommentRule,
     CronRule,
@@ -26,7 +27,6 @@ from pidispatch.router.rules import (
     Rules,
     RunSpec,
 )
-from pidispatch.router.triggers import parse_triggers
 from tests.support.payloads import FIXTURES, load_fixture
 
 SELF_ID = 999

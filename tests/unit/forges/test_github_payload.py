@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pidispatch.forges.github.payload import MalformedPayload, label_names, project
-from pidispatch.router import subsets
+from pidispatch.triggers import subsets
 from tests.support.payloads import FIXTURES, load_fixture
 
 

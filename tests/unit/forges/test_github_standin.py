@@ -13,11 +13,11 @@ import aiohttp
 
 from pidispatch.common.models import Job, Target
 from pidispatch.common.runtime import now_ms
+from pidispatch.dev.forgestandin import REPO, demo_delivery, signed_curl, start_demo_forge
+from pidispatch.forges.api import forge_api, start_forges
 from pidispatch.forges.config import load_forge_config
-from pidispatch.forges.github.standin import REPO, demo_delivery, signed_curl, start_demo_forge
 from pidispatch.forges.http import create_http
-from pidispatch.worker.clone import clone_tip
-from pidispatch.worker.forge import forge_api, start_forges
+from pidispatch.worker.forgework.clone import clone_tip
 
 
 def demo_job() -> Job:

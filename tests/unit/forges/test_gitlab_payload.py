@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pidispatch.forges.gitlab.payload import GitLabSubset, project
-from pidispatch.router.subsets import MalformedPayload
+from pidispatch.triggers.subsets import MalformedPayload
 from tests.support.payloads import FIXTURES, load_fixture
 
 

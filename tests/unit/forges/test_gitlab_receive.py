@@ -6,6 +6,8 @@ import base64
 
 import pytest
 
+from pidispatch.forges import refusals, verify
+from pidispatch.forges.arms import Classification
 from pidispatch.forges.gitlab.receive import (
     GITLAB_OBJECT_KINDS,
     MISSING_GITLAB_DELIVERY,
@@ -13,8 +15,6 @@ from pidispatch.forges.gitlab.receive import (
     GitLabArmConfig,
     gitlab_preamble,
 )
-from pidispatch.receiver import refusals, verify
-from pidispatch.receiver.arms import Classification
 from tests.support.arms import NEVER_STORED, NOW_MS, arm_for, receiver_config, refused, run_arm
 from tests.support.receiver import (
     GITLAB_SIGNING_TOKEN,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pidispatch.forges import refusals, verify
 from pidispatch.forges.webhook import MISSING_EVENT_HEADERS, github_preamble
-from pidispatch.receiver import refusals, verify
 
 # GitHub's documented example signature (docs: "Validating webhook deliveries"); the preamble only needs one.
 DOC_SIGNATURE = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"

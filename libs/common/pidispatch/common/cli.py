@@ -24,12 +24,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"pi-dispatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from pidispatch.common import dev, jobimage, scaffold, serviceimage  # local import keeps `--help` light
-
-    dev.register(sub)
-    scaffold.register(sub)
-    jobimage.register(sub)
-    serviceimage.register(sub)
     for ep in sorted(entry_points(group="pidispatch.commands"), key=lambda e: e.name):
         ep.load()(sub)
     return parser

@@ -15,9 +15,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from pidispatch.receiver.forge import ReceiverForge
-    from pidispatch.router.forge import RouterForge
-    from pidispatch.worker.forge import WorkerForge
+    from pidispatch.forges.api import WorkerForge
+    from pidispatch.forges.receive import ReceiverForge
+    from pidispatch.forges.route import RouterForge
 
 
 @cache

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from multidict import istr
 
-from pidispatch.receiver.arms import Classification, RequestHead
-from pidispatch.receiver.refusals import (
+from pidispatch.forges.arms import Classification, RequestHead
+from pidispatch.forges.refusals import (
     DEFAULT_TABLE,
     INVALID_DELIVERY_ID,
     INVALID_SIGNATURE,
@@ -18,7 +18,7 @@ from pidispatch.receiver.refusals import (
     ReceiverRefusal,
     json_refusal,
 )
-from pidispatch.receiver.verify import (
+from pidispatch.forges.verify import (
     NO_MATCH,
     is_json_media_type,
     is_json_object,

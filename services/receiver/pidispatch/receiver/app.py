@@ -28,15 +28,15 @@ from pidispatch.common.monitor import OK_BODY, READ_METHODS, READY_BODY, json_re
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
-from pidispatch.receiver import verify
-from pidispatch.receiver.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
+from pidispatch.forges import verify
+from pidispatch.forges.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
+from pidispatch.forges.refusals import METHOD_NOT_ALLOWED, ReceiverRefusal, not_configured
 from pidispatch.receiver.config import ReceiverConfig, load_receiver_config
 from pidispatch.receiver.connections import Connections
 from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest
 from pidispatch.receiver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pidispatch.receiver.metrics import Metrics
-from pidispatch.receiver.refusals import METHOD_NOT_ALLOWED, ReceiverRefusal, not_configured
 from pidispatch.receiver.spool import Record, Spool
 
 READY_TIMEOUT_S = 1.0

@@ -20,7 +20,7 @@ from pidispatch import forges
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import SPOOL_MAX_BYTES_DEFAULT
 from pidispatch.common.settings import Settings
-from pidispatch.receiver.forge import ArmConfig
+from pidispatch.forges.receive import ArmConfig
 
 
 class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,7 +25,7 @@ import msgspec
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import SPOOL_RETRY_BASE_S, SPOOL_RETRY_CAP_S
-from pidispatch.receiver.verify import MAX_BODY_BYTES
+from pidispatch.forges.verify import MAX_BODY_BYTES
 
 SPOOL_FILE = "spool.log"
 LOCK_FILE = "lock"

@@ -28,7 +28,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import iso_ms
-from pidispatch.router.decision import Subject
+from pidispatch.triggers.decision import Subject
 
 
 class Logged(msgspec.Struct, frozen=True, kw_only=True):

@@ -39,7 +39,7 @@ from pidispatch.common.registry import (
 from pidispatch.common.runtime import EpochMsClock, every
 from pidispatch.common.scripts import REROUTE_MOVE
 from pidispatch.common.streams import last_delivered, xrange
-from pidispatch.router.triggers import FORGE_KINDS
+from pidispatch.triggers.loader import FORGE_KINDS
 
 
 def _after(entry_id: str) -> str:

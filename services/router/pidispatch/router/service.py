@@ -42,16 +42,17 @@ from pidispatch.common.streams import (
     read_group,
     send_to_dead,
 )
-from pidispatch.router import decisionlog, decisions, jobs, pipeline
+from pidispatch.router import decisionlog
 from pidispatch.router.consumer import consumer_name
-from pidispatch.router.decision import Ask, Drop, Fire, Subject
-from pidispatch.router.decisions import RouteOutcome
 from pidispatch.router.enqueue import Enqueuer
-from pidispatch.router.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
 from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
-from pidispatch.router.rules import RulesRef
-from pidispatch.router.subsets import MalformedPayload
 from pidispatch.router.trim import run_trimmer
+from pidispatch.triggers import decisions, jobs, pipeline
+from pidispatch.triggers.decision import Ask, Drop, Fire, Subject
+from pidispatch.triggers.decisions import RouteOutcome
+from pidispatch.triggers.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
+from pidispatch.triggers.rules import RulesRef
+from pidispatch.triggers.subsets import MalformedPayload
 
 Asker = Callable[[Question, str], Awaitable[Verdict]]
 

@@ -7,8 +7,8 @@ import asyncio
 import os
 
 from pidispatch.common.filewatch import watch_file
-from pidispatch.router.rules import Rules, RulesRef
-from pidispatch.router.triggers import load_triggers, warn_if_empty
+from pidispatch.triggers.loader import load_triggers, warn_if_empty
+from pidispatch.triggers.rules import Rules, RulesRef
 
 
 async def watch_triggers(

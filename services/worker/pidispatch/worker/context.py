@@ -16,15 +16,15 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import wire
+from pidispatch.forges.api import MakeClient
 from pidispatch.forges.config import ForgeConfig, load_forge_config
-from pidispatch.worker.forge import MakeClient
+from pidispatch.worker.engine.runner import Abort
+from pidispatch.worker.history.mirror import Mirror
 from pidispatch.worker.hook import FailureHook
+from pidispatch.worker.limits.pausewindows import PauseWindow
+from pidispatch.worker.limits.scoped import ScopedLimit
 from pidispatch.worker.metrics import WorkerMetrics
-from pidispatch.worker.mirror import Mirror
-from pidispatch.worker.pausewindows import PauseWindow
-from pidispatch.worker.runner import Abort
-from pidispatch.worker.scopedlimits import ScopedLimit
-from pidispatch.worker.waitgate import WaitGate
+from pidispatch.worker.waits.gate import WaitGate
 
 
 @dataclass

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 
 from pidispatch.common.log import get_logger
-from pidispatch.worker.exitline import RUNNER_POLICY_REASONS
+from pidispatch.worker.engine.exitline import RUNNER_POLICY_REASONS
 from pidispatch.worker.program import executable_file, finish
 
 # Policy stops that come after spend: the agent ran and was stopped, by itself or by this worker.

@@ -19,24 +19,24 @@ from redis.exceptions import RedisError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_from_fields
+from pidispatch.common.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
 from pidispatch.forges import FORGES
-from pidispatch.worker import budget
-from pidispatch.worker.authored import authored_refusal
-from pidispatch.worker.clone import clone_tip
-from pidispatch.worker.container import SpecRefused, build_spec, container_name, resolve_image
+from pidispatch.forges.api import Tip, forge_api
 from pidispatch.worker.context import Held, WorkerContext, set_state
-from pidispatch.worker.environment import container_env
-from pidispatch.worker.exitline import parse_exit_line
-from pidispatch.worker.firings import previous_run_at
-from pidispatch.worker.forge import Tip, forge_api
-from pidispatch.worker.history import record_path
+from pidispatch.worker.cron.firings import previous_run_at
+from pidispatch.worker.engine.container import SpecRefused, build_spec, container_name, resolve_image
+from pidispatch.worker.engine.environment import container_env
+from pidispatch.worker.engine.exitline import parse_exit_line
+from pidispatch.worker.engine.preflight import image_refusal, inspect_image
+from pidispatch.worker.engine.runner import DockerUnavailable, RunResult, classify, run_container
+from pidispatch.worker.engine.secrets import resolve_secrets
+from pidispatch.worker.engine.workspace import prepare_workspace, remove_workspace
+from pidispatch.worker.forgework.authored import authored_refusal
+from pidispatch.worker.forgework.clone import clone_tip
+from pidispatch.worker.history.records import record_path
+from pidispatch.worker.limits import budget
+from pidispatch.worker.limits.scopedbudget import reserve_all
 from pidispatch.worker.local import inspect_folder, local_user
-from pidispatch.worker.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
-from pidispatch.worker.preflight import image_refusal, inspect_image
-from pidispatch.worker.runner import DockerUnavailable, RunResult, classify, run_container
-from pidispatch.worker.scopedbudget import reserve_all
-from pidispatch.worker.secrets import resolve_secrets
-from pidispatch.worker.workspace import prepare_workspace, remove_workspace
 
 NEVER_STARTED = "container-never-started"
 # The user name git offers with a token as the password (GitHub and GitLab require these exact ones).

@@ -20,26 +20,26 @@ from pidispatch.common.faults import crash_point
 from pidispatch.common.keys import JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to_fields
+from pidispatch.common.outcome import AttemptOutcome, InfraFault
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead, wire
-from pidispatch.worker.answers import answer_for, post_answer
 from pidispatch.worker.context import Held, WorkerContext, set_state
-from pidispatch.worker.disarm import disarm, should_disarm
-from pidispatch.worker.firings import count_stall
-from pidispatch.worker.forward import forward_if_unservable
-from pidispatch.worker.history import build_record, read_record, write_record
-from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
-from pidispatch.worker.outcome import AttemptOutcome, InfraFault
-from pidispatch.worker.pickup import defer, pickup_gates, until_done
-from pidispatch.worker.runner import (
+from pidispatch.worker.cron.firings import count_stall
+from pidispatch.worker.engine.runner import (
     ContainerGone,
     DockerUnavailable,
     find_started,
     follow,
     remove_job_containers,
 )
-from pidispatch.worker.scopedlease import take_lease
-from pidispatch.worker.workspace import remove_workspace
+from pidispatch.worker.engine.workspace import remove_workspace
+from pidispatch.worker.forgework.answers import answer_for, post_answer
+from pidispatch.worker.forgework.disarm import disarm, should_disarm
+from pidispatch.worker.forward import forward_if_unservable
+from pidispatch.worker.history.records import build_record, read_record, write_record
+from pidispatch.worker.ladder import Spend, capture_path, count_tokens, run_ladder, settle_result
+from pidispatch.worker.limits.scopedlease import take_lease
+from pidispatch.worker.pickup import defer, pickup_gates, until_done
 
 TERMINAL_STATES = frozenset({"completed", "policy", "failed"})
 # Failed outcomes that are final: the container may have spent (worker-lost) or the fault is ours (a bug).

@@ -25,11 +25,18 @@ from typing import TYPE_CHECKING
 from pidispatch.common.configsyntax import image_ref_ok
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
+from pidispatch.common.outcome import InfraFault, JobRefusal
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import PROVIDER_RE
-from pidispatch.worker.git import GIT_TIMEOUT, GIT_TIMEOUT_S, GIT_UNAVAILABLE, SHA_RE, git, neutral_filters
-from pidispatch.worker.outcome import InfraFault, JobRefusal
+from pidispatch.worker.forgework.git import (
+    GIT_TIMEOUT,
+    GIT_TIMEOUT_S,
+    GIT_UNAVAILABLE,
+    SHA_RE,
+    git,
+    neutral_filters,
+)
 
 if TYPE_CHECKING:
     from pidispatch.common.redis import Redis
@@ -267,7 +274,7 @@ def run_command(args: argparse.Namespace) -> object:
 async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     """Every argument and folder check first, then settings, then Redis: a refused run touches nothing."""
     if args.trigger is not None:
-        from pidispatch.worker.scheduleview import run_trigger
+        from pidispatch.console.scheduleview import run_trigger
 
         return await run_trigger(args, clock)
     if args.folder is None:

@@ -14,10 +14,10 @@ from pidispatch.common.health import Backoff
 from pidispatch.common.keys import DEFER_MS, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
+from pidispatch.common.outcome import AttemptOutcome
 from pidispatch.worker.context import Held, WorkerContext
-from pidispatch.worker.outcome import AttemptOutcome
-from pidispatch.worker.pausewindows import pause_until
-from pidispatch.worker.waitgate import Defer, Refuse
+from pidispatch.worker.limits.pausewindows import pause_until
+from pidispatch.worker.waits.gate import Defer, Refuse
 
 # A window closing within a second is not waited for: the job just runs.
 WINDOW_SLACK_MS = 1_000

@@ -24,30 +24,30 @@ from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields
+from pidispatch.common.outcome import InfraFault
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import IMAGE_MISSING, IMAGE_PRESENT, capability_tokens
 from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
+from pidispatch.forges.api import start_forges
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
 from pidispatch.worker.context import Held, WorkerContext, set_state
-from pidispatch.worker.forge import start_forges
-from pidispatch.worker.history import run_log_sweeper
+from pidispatch.worker.cron.schedules import start_schedules
+from pidispatch.worker.engine.preflight import inspect_image
+from pidispatch.worker.engine.reaper import reap_strays
+from pidispatch.worker.engine.runner import DockerUnavailable
+from pidispatch.worker.engine.workspace import ensure_jobs_dir
+from pidispatch.worker.history.mirror import Mirror
+from pidispatch.worker.history.records import run_log_sweeper
 from pidispatch.worker.hook import FailureHook
 from pidispatch.worker.lifecycle import HANDED_OVER, Hold, process
+from pidispatch.worker.limits.pausewindows import PauseWindow, load_windows
+from pidispatch.worker.limits.scoped import ScopedLimit, load_limits
 from pidispatch.worker.metrics import WorkerMetrics
-from pidispatch.worker.mirror import Mirror
-from pidispatch.worker.outcome import InfraFault
-from pidispatch.worker.pausewindows import PauseWindow, load_windows
-from pidispatch.worker.preflight import inspect_image
-from pidispatch.worker.reaper import reap_strays
-from pidispatch.worker.runner import DockerUnavailable
-from pidispatch.worker.schedules import start_schedules
-from pidispatch.worker.scopedlimits import ScopedLimit, load_limits
 from pidispatch.worker.upkeep import SlotKey, Upkeep
-from pidispatch.worker.waitgate import WaitGate
-from pidispatch.worker.workspace import ensure_jobs_dir
+from pidispatch.worker.waits.gate import WaitGate
 
 DOCKER_CHECK_S = 3.0
 PAUSE_CHECK_S = 1.0

@@ -24,12 +24,12 @@ from pidispatch.common.models import text
 from pidispatch.common.registry import JOB_IMAGE_FIELD, host_streams, path_shaped
 from pidispatch.common.runtime import every
 from pidispatch.common.streams import Entry, ack, claim, pending, wire
-from pidispatch.worker import budget
 from pidispatch.worker.context import Held, WorkerContext
-from pidispatch.worker.runner import OPERATOR_CANCEL
+from pidispatch.worker.engine.runner import OPERATOR_CANCEL
+from pidispatch.worker.limits import budget
 
 if TYPE_CHECKING:
-    from pidispatch.worker.schedules import Scheduler
+    from pidispatch.worker.cron.schedules import Scheduler
 
 SlotKey = tuple[str, str]
 

@@ -14,10 +14,10 @@ import aiohttp
 import yarl
 
 from pidispatch.common.models import Job
+from pidispatch.common.outcome import InfraFault, JobConfigRefused
+from pidispatch.forges.api import WorkerForge
 from pidispatch.forges.azure import FORGE
-from pidispatch.forges.config import ForgeConfig
-from pidispatch.worker.forge import WorkerForge
-from pidispatch.worker.forgecheck import (
+from pidispatch.forges.check import (
     UNAVAILABLE,
     check_branch,
     check_clone_url,
@@ -27,8 +27,8 @@ from pidispatch.worker.forgecheck import (
     segment_ok,
     target_of,
 )
-from pidispatch.worker.forgeclient import ForgeClient, PlainForge
-from pidispatch.worker.outcome import InfraFault, JobConfigRefused
+from pidispatch.forges.client import ForgeClient, PlainForge
+from pidispatch.forges.config import ForgeConfig
 
 AZURE_API_VERSION = "7.1"
 AZURE_COMMENTS_API_VERSION = "7.1-preview.4"

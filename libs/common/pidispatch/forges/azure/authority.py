@@ -11,10 +11,10 @@ import base64
 
 import yarl
 
+from pidispatch.forges.authority import Authority, CannotAnswer, seg
 from pidispatch.forges.azure import FORGE
 from pidispatch.forges.http import Reply
-from pidispatch.router.authority import Authority, CannotAnswer, seg
-from pidispatch.router.lookup import Question
+from pidispatch.triggers.lookup import Question
 
 API_VERSION = "7.1-preview.1"
 MAX_USER_PAGES = 20

@@ -14,7 +14,7 @@ import yarl
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges.azure import FORGE
 from pidispatch.forges.azure.authority import API_VERSION, pat_headers
-from pidispatch.router.identity import IdentityCalls
+from pidispatch.forges.identity import IdentityCalls
 
 AzureSelf = tuple[str | None, str | None]  # (GUID, lower-cased address)
 

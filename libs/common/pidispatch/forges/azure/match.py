@@ -19,13 +19,13 @@ import msgspec
 from pidispatch.common.models import Matched, Sender, Target, Trigger
 from pidispatch.forges.azure import FORGE
 from pidispatch.forges.azure.payload import PR_COMMENT_EVENT, AzureSubset
-from pidispatch.router import jobs
-from pidispatch.router.decision import Decision, Drop, Fire
-from pidispatch.router.explain import NO_TRACE, Trace
-from pidispatch.router.lookup import SelfIds
-from pidispatch.router.match import comment
-from pidispatch.router.match.common import fire_label_rule, is_int, present
-from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
+from pidispatch.triggers import jobs
+from pidispatch.triggers.decision import Decision, Drop, Fire
+from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.match import comment
+from pidispatch.triggers.match.common import fire_label_rule, is_int, present
+from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
 KIND = FORGE.name
 PR_ACTION_FOR = {"git.pullrequest.created": "created", "git.pullrequest.updated": "updated"}

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from pidispatch.forges.azure import FORGE
-from pidispatch.router.subsets import MalformedPayload, decode, text
+from pidispatch.triggers.subsets import MalformedPayload, decode, text
 
 WORK_ITEM_EVENTS = frozenset({"workitem.created", "workitem.updated", "workitem.commented"})
 PR_EVENTS = frozenset({"git.pullrequest.created", "git.pullrequest.updated"})

@@ -12,12 +12,11 @@ from multidict import istr
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.azure import FORGE
-from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
-from pidispatch.receiver.config import first_present, required, with_previous
-from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, json_refusal
-from pidispatch.receiver.verify import (
+from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, json_refusal
+from pidispatch.forges.verify import (
     NO_MATCH,
     digest_match,
     is_json_media_type,
@@ -26,6 +25,7 @@ from pidispatch.receiver.verify import (
     too_large,
     valid_delivery_id,
 )
+from pidispatch.receiver.config import first_present, required, with_previous
 
 AZURE_EVENT_TYPES = frozenset(
     {
@@ -153,7 +153,7 @@ def _header_name(env: Mapping[str, str]) -> str:
 
 
 class AzureReceive:
-    """What the receiver runs for Azure DevOps (``pidispatch.receiver.forge.ReceiverForge``)."""
+    """What the receiver runs for Azure DevOps (``pidispatch.forges.receive.ReceiverForge``)."""
 
     setup_hint = "AZURE_WEBHOOK_MODE and AZURE_WEBHOOK_SECRET"
     refusals = (*AZURE_TABLE, AZURE_MISSING_CREDENTIAL, AZURE_INVALID_CREDENTIAL, AZURE_MISSING_DELIVERY_ID)

@@ -9,19 +9,19 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
+from pidispatch.forges.authority import Authority
 from pidispatch.forges.azure import FORGE, identity
 from pidispatch.forges.azure import match as azure_match
 from pidispatch.forges.azure import payload as azure_payload
 from pidispatch.forges.azure.authority import AzureMembership, is_member
 from pidispatch.forges.config import ForgeConfig
-from pidispatch.router.authority import Authority
-from pidispatch.router.decision import Decision
-from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
-from pidispatch.router.identity import IdentityCalls
-from pidispatch.router.lookup import Question, SelfIds
-from pidispatch.router.match.common import filled
-from pidispatch.router.rules import Rules
+from pidispatch.forges.identity import IdentityCalls
+from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.triggers.decision import Decision
+from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.lookup import Question, SelfIds
+from pidispatch.triggers.match.common import filled
+from pidispatch.triggers.rules import Rules
 
 # The rule word for each work-item event.
 _WORK_ITEM_ACTION = {"workitem.created": "created", "workitem.updated": "updated"}

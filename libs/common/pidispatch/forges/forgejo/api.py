@@ -5,11 +5,11 @@ from __future__ import annotations
 import aiohttp
 
 from pidispatch.common.models import Job
+from pidispatch.forges.api import WorkerForge
+from pidispatch.forges.check import check_branch, owner_name, seg, target_of
+from pidispatch.forges.client import ForgeClient, PlainForge
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.forgejo import FORGE
-from pidispatch.worker.forge import WorkerForge
-from pidispatch.worker.forgecheck import check_branch, owner_name, seg, target_of
-from pidispatch.worker.forgeclient import ForgeClient, PlainForge
 
 
 class ForgejoApi(ForgeClient):

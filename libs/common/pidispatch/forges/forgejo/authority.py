@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import yarl
 
+from pidispatch.forges.authority import Authority, CannotAnswer, bad_segment, seg, split_repo
 from pidispatch.forges.forgejo import FORGE
-from pidispatch.router.authority import Authority, CannotAnswer, bad_segment, seg, split_repo
-from pidispatch.router.lookup import Question
+from pidispatch.triggers.lookup import Question
 
 
 class ForgejoPermission(Question, frozen=True, kw_only=True):

@@ -6,7 +6,7 @@ A 401/403 names ``FORGEJO_BOT_ID``: a repository-scoped token cannot read its ow
 from __future__ import annotations
 
 from pidispatch.forges.forgejo import FORGE
-from pidispatch.router.identity import IdentityCalls
+from pidispatch.forges.identity import IdentityCalls
 
 NAME = FORGE.name
 DENIED = ("a repository-scoped token cannot read its own user: set FORGEJO_BOT_ID to the harness account's "

@@ -18,14 +18,14 @@ import msgspec
 from pidispatch.common.models import Matched, Sender, Target, Trigger
 from pidispatch.forges.forgejo import FORGE
 from pidispatch.forges.forgejo.payload import ForgejoPullRequestSubset, ForgejoSubset
-from pidispatch.router import jobs
-from pidispatch.router.decision import Decision, Drop, Fire
-from pidispatch.router.explain import NO_TRACE, Trace
-from pidispatch.router.match import comment
-from pidispatch.router.match.close import close_route
-from pidispatch.router.match.common import fire_label_rule, is_int, numeric_sender_gate, present
-from pidispatch.router.match.predicate import why_not
-from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
+from pidispatch.triggers import jobs
+from pidispatch.triggers.decision import Decision, Drop, Fire
+from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.match import comment
+from pidispatch.triggers.match.close import close_route
+from pidispatch.triggers.match.common import fire_label_rule, is_int, numeric_sender_gate, present
+from pidispatch.triggers.match.predicate import why_not
+from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
 KIND = FORGE.name
 CLOSE_WORD = "closed"

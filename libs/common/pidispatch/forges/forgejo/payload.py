@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from pidispatch.forges.forgejo import FORGE
-from pidispatch.router.subsets import Base, PayloadSender, PullRequestHead, Repository, decode, label_names
+from pidispatch.triggers.subsets import Base, PayloadSender, PullRequestHead, Repository, decode, label_names
 
 
 class _ForgejoIssue(msgspec.Struct):

@@ -9,7 +9,11 @@ from multidict import istr
 
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.forgejo import FORGE
+from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.refusals import DEFAULT_TABLE, ReceiverRefusal
+from pidispatch.forges.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 from pidispatch.forges.webhook import (
     GITHUB_DELIVERY,
     GITHUB_EVENT,
@@ -19,11 +23,7 @@ from pidispatch.forges.webhook import (
     github_preamble,
     hmac_verdict,
 )
-from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import first_present, required, with_previous
-from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import DEFAULT_TABLE, ReceiverRefusal
-from pidispatch.receiver.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 
 # Forgejo/Gitea name the event header after the hook's family ("issues" for a label change); reviews get
 # their own names, and versions that fall back to the hook type send that (issue_label, ...).
@@ -111,7 +111,7 @@ class ForgejoArm:
 
 
 class ForgejoReceive:
-    """What the receiver runs for Forgejo (``pidispatch.receiver.forge.ReceiverForge``)."""
+    """What the receiver runs for Forgejo (``pidispatch.forges.receive.ReceiverForge``)."""
 
     setup_hint = "FORGEJO_WEBHOOK_SECRET"
     refusals = (MISSING_EVENT_HEADERS,)

@@ -9,19 +9,19 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
+from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.forgejo import FORGE, identity
 from pidispatch.forges.forgejo import match as forgejo_match
 from pidispatch.forges.forgejo import payload as forgejo_payload
 from pidispatch.forges.forgejo.authority import ForgejoPermission, may_write
-from pidispatch.router.authority import Authority
-from pidispatch.router.decision import Decision
-from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
-from pidispatch.router.identity import IdentityCalls
-from pidispatch.router.lookup import Question, SelfIds
-from pidispatch.router.match.common import filled
-from pidispatch.router.rules import Rules
+from pidispatch.forges.identity import IdentityCalls
+from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.triggers.decision import Decision
+from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.lookup import Question, SelfIds
+from pidispatch.triggers.match.common import filled
+from pidispatch.triggers.rules import Rules
 
 
 class ForgejoRoute(RouteDefaults):

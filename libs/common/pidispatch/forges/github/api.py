@@ -9,14 +9,14 @@ from __future__ import annotations
 import aiohttp
 
 from pidispatch.common.models import Job
+from pidispatch.common.outcome import InfraFault, JobConfigRefused
 from pidispatch.common.runtime import EpochMsClock
+from pidispatch.forges.api import MakeClient, WorkerForge
+from pidispatch.forges.check import RATE_LIMITED, UNAVAILABLE, check_branch, owner_name, seg, target_of
+from pidispatch.forges.client import ForgeClient
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
-from pidispatch.worker.forge import MakeClient, WorkerForge
-from pidispatch.worker.forgecheck import RATE_LIMITED, UNAVAILABLE, check_branch, owner_name, seg, target_of
-from pidispatch.worker.forgeclient import ForgeClient
-from pidispatch.worker.outcome import InfraFault, JobConfigRefused
 
 
 class GithubApi(ForgeClient):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import yarl
 
+from pidispatch.forges.authority import Authority, CannotAnswer, bad_segment, seg, split_repo
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, api_headers
-from pidispatch.router.authority import Authority, CannotAnswer, bad_segment, seg, split_repo
-from pidispatch.router.lookup import Question
+from pidispatch.triggers.lookup import Question
 
 
 class GithubCloser(Question, frozen=True, kw_only=True):

@@ -15,7 +15,7 @@ import yarl
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, GithubAuthUnavailable, api_headers
-from pidispatch.router.identity import IdentityCalls, IdentityTransient
+from pidispatch.forges.identity import IdentityCalls, IdentityTransient
 
 NAME = FORGE.name
 

@@ -21,14 +21,14 @@ import msgspec
 from pidispatch.common.models import Matched, Sender, Target, Trigger
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.payload import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
-from pidispatch.router import jobs
-from pidispatch.router.decision import Decision, Drop, Fire
-from pidispatch.router.explain import NO_TRACE, Trace
-from pidispatch.router.match import comment
-from pidispatch.router.match.close import close_route, find_close_rule
-from pidispatch.router.match.common import fire_label_rule, is_int, present, sender_gate
-from pidispatch.router.match.predicate import why_not
-from pidispatch.router.rules import ForgeGroup, Rules, RunSpec
+from pidispatch.triggers import jobs
+from pidispatch.triggers.decision import Decision, Drop, Fire
+from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.match import comment
+from pidispatch.triggers.match.close import close_route, find_close_rule
+from pidispatch.triggers.match.common import fire_label_rule, is_int, present, sender_gate
+from pidispatch.triggers.match.predicate import why_not
+from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
 __all__ = ["Decision", "Drop", "Fire", "decide", "wants_closer_authority"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from pidispatch.forges.github import FORGE
-from pidispatch.router.subsets import (
+from pidispatch.triggers.subsets import (
     Base,
     MalformedPayload,
     PayloadSender,

@@ -9,7 +9,11 @@ import msgspec
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.github import FORGE
+from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.refusals import DEFAULT_TABLE, ReceiverRefusal
+from pidispatch.forges.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 from pidispatch.forges.webhook import (
     GITHUB_DELIVERY,
     GITHUB_EVENT,
@@ -19,11 +23,7 @@ from pidispatch.forges.webhook import (
     github_preamble,
     hmac_verdict,
 )
-from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.receiver.config import read_var, with_previous
-from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import DEFAULT_TABLE, ReceiverRefusal
-from pidispatch.receiver.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 
 # What GitHub stores; every other event answers 204 unstored (the router could never act on it).
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review"})
@@ -62,7 +62,7 @@ class GitHubArm:
 
 
 class GitHubReceive:
-    """What the receiver runs for GitHub (``pidispatch.receiver.forge.ReceiverForge``)."""
+    """What the receiver runs for GitHub (``pidispatch.forges.receive.ReceiverForge``)."""
 
     setup_hint = "WEBHOOK_SECRET"
     refusals = (MISSING_EVENT_HEADERS,)

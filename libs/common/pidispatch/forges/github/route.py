@@ -9,22 +9,22 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
+from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.github import FORGE, identity
 from pidispatch.forges.github import match as github_match
 from pidispatch.forges.github import payload as github_payload
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.github.authority import GithubCloser, may_close
-from pidispatch.router.authority import Authority
-from pidispatch.router.decision import Decision
-from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
-from pidispatch.router.identity import IdentityCalls
-from pidispatch.router.lookup import Question, SelfIds
-from pidispatch.router.match.common import filled
-from pidispatch.router.refusal import TriggerEntry
-from pidispatch.router.rules import ForgeGroup, Rules
-from pidispatch.router.runfields import strict_bool
+from pidispatch.forges.identity import IdentityCalls
+from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.triggers.decision import Decision
+from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.lookup import Question, SelfIds
+from pidispatch.triggers.match.common import filled
+from pidispatch.triggers.refusal import TriggerEntry
+from pidispatch.triggers.rules import ForgeGroup, Rules
+from pidispatch.triggers.runfields import strict_bool
 
 
 class GitHubRoute(RouteDefaults):

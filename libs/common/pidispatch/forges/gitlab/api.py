@@ -5,12 +5,12 @@ from __future__ import annotations
 import aiohttp
 
 from pidispatch.common.models import Job
+from pidispatch.common.outcome import JobConfigRefused
+from pidispatch.forges.api import WorkerForge
+from pidispatch.forges.check import check_branch, seg, segment_ok, target_of
+from pidispatch.forges.client import ForgeClient, PlainForge
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.worker.forge import WorkerForge
-from pidispatch.worker.forgecheck import check_branch, seg, segment_ok, target_of
-from pidispatch.worker.forgeclient import ForgeClient, PlainForge
-from pidispatch.worker.outcome import JobConfigRefused
 
 
 class GitlabApi(ForgeClient):

@@ -5,9 +5,9 @@ Asked for every delivery that would fire (a label proves nothing on GitLab), by 
 
 from __future__ import annotations
 
+from pidispatch.forges.authority import Authority, CannotAnswer, is_int
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.router.authority import Authority, CannotAnswer, is_int
-from pidispatch.router.lookup import Question
+from pidispatch.triggers.lookup import Question
 
 DEVELOPER = 30
 

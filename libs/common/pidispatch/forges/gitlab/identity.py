@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.router.identity import IdentityCalls
+from pidispatch.forges.identity import IdentityCalls
 
 NAME = FORGE.name
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.router.subsets import decode, label_names
+from pidispatch.triggers.subsets import decode, label_names
 
 
 class _User(msgspec.Struct):

@@ -11,11 +11,10 @@ from multidict import istr
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.receiver.arms import CONTENT_TYPE, Arm, Classification, RequestHead
-from pidispatch.receiver.config import first_present, required, with_previous
-from pidispatch.receiver.forge import ArmConfig, ReceiverForge
-from pidispatch.receiver.refusals import (
+from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.refusals import (
     DEFAULT_TABLE,
     INVALID_DELIVERY_ID,
     METHOD_NOT_ALLOWED,
@@ -24,7 +23,7 @@ from pidispatch.receiver.refusals import (
     ReceiverRefusal,
     json_refusal,
 )
-from pidispatch.receiver.verify import (
+from pidispatch.forges.verify import (
     decode_gitlab_signing_key,
     gitlab_signature_match,
     gitlab_token_match,
@@ -34,6 +33,7 @@ from pidispatch.receiver.verify import (
     too_large,
     valid_delivery_id,
 )
+from pidispatch.receiver.config import first_present, required, with_previous
 
 # GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present.
 GITLAB_OBJECT_KINDS = frozenset({"issue", "merge_request", "note"})
@@ -154,7 +154,7 @@ def gitlab_preamble(
 
 
 class GitLabReceive:
-    """What the receiver runs for GitLab (``pidispatch.receiver.forge.ReceiverForge``)."""
+    """What the receiver runs for GitLab (``pidispatch.forges.receive.ReceiverForge``)."""
 
     setup_hint = "GITLAB_WEBHOOK_MODE and GITLAB_WEBHOOK_SECRET"
     refusals = (MISSING_GITLAB_EVENT, MISSING_GITLAB_DELIVERY)

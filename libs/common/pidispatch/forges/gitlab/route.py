@@ -9,19 +9,19 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
+from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.gitlab import FORGE, identity
 from pidispatch.forges.gitlab import match as gitlab_match
 from pidispatch.forges.gitlab import payload as gitlab_payload
 from pidispatch.forges.gitlab.authority import GitlabMember, is_developer
-from pidispatch.router.authority import Authority
-from pidispatch.router.decision import Decision
-from pidispatch.router.explain import Trace
-from pidispatch.router.forge import RouteDefaults, RouterForge, delivery_target
-from pidispatch.router.identity import IdentityCalls
-from pidispatch.router.lookup import Question, SelfIds
-from pidispatch.router.match.common import is_int
-from pidispatch.router.rules import Rules
+from pidispatch.forges.identity import IdentityCalls
+from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.triggers.decision import Decision
+from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.lookup import Question, SelfIds
+from pidispatch.triggers.match.common import is_int
+from pidispatch.triggers.rules import Rules
 
 
 class GitLabRoute(RouteDefaults):

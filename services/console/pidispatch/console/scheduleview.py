@@ -1,0 +1,180 @@
+"""The cron verbs. ``pi-dispatch schedules``: one row per cron trigger in ``PI_TRIGGERS_FILE`` with the
+hosts serving it (from the host registry), its next occurrence in this host's zone and its last firing
+(from Redis). ``pi-dispatch run --trigger <id>``: one run of a cron trigger now, on this host."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pidispatch.common.cronpattern import next_occurrence
+from pidispatch.common.registry import HostRow
+from pidispatch.common.runtime import EpochMsClock
+from pidispatch.common.table import aligned
+from pidispatch.triggers.rules import CronRule
+
+ACTIVE, UNSERVED, TORN_DOWN, DIVERGENT = "active", "unserved", "torn-down", "divergent"
+ROW_KEYS = ("id", "pattern", "tz", "hosts", "next", "last", "stalls", "state")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "schedules", help="list the cron triggers, who serves them, next and last runs",
+        description="List the cron triggers of PI_TRIGGERS_FILE with the host serving each, the next and "
+        "last firing; --rearm lifts the stall guard's tear-down of one.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON array")
+    p.add_argument("--rearm", metavar="ID", help="lift the stall guard's tear-down of this schedule")
+    p.set_defaults(func=schedules_command)
+
+
+def schedule_rows(
+    rules: Sequence[CronRule], hosts: Sequence[HostRow], lasts: Mapping[str, dict[str, Any] | None],
+    now_ms: int, zone: ZoneInfo, tz: str, guards: Mapping[str, tuple[int, bool]] | None = None,
+) -> list[dict[str, Any]]:
+    """Pure: the rows, in file order. A schedule no live host serves is ``unserved``, one the stall guard
+    tore down ``torn-down`` (nothing fires either), one two live hosts define differently ``divergent``
+    (the fleet gate holds back their edits until they agree)."""
+    from pidispatch.worker.cron.gate import divergent_ids
+
+    split = divergent_ids(hosts)
+    rows = []
+    for rule in rules:
+        serving = sorted(h.name for h in hosts if rule.id in h.cron)
+        at = next_occurrence(rule.pattern, now_ms, zone)
+        stalls, down = (guards or {}).get(rule.id, (0, False))
+        rows.append({
+            "id": rule.id, "pattern": rule.pattern, "tz": tz, "hosts": serving,
+            "next": datetime.fromtimestamp(at / 1000, zone).isoformat(), "last": lasts.get(rule.id),
+            "stalls": stalls, "state": state(down, rule.id in split, bool(serving)),
+        })
+    return rows
+
+
+def state(down: bool, divergent: bool, serving: bool) -> str:
+    return TORN_DOWN if down else DIVERGENT if divergent else ACTIVE if serving else UNSERVED
+
+
+def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return "no cron triggers in PI_TRIGGERS_FILE"
+    header = ("ID", "PATTERN", "STATE", "NEXT", "LAST", "HOSTS")
+    lines = [header]
+    for r in rows:
+        last = r["last"]
+        shown = f"{last['at']} {last['outcome'] or '-'}" if last else "-"
+        lines.append((r["id"], r["pattern"], r["state"], r["next"], shown, ",".join(r["hosts"]) or "-"))
+    return aligned(lines)
+
+
+async def schedules_command(args: argparse.Namespace) -> int:
+    """Reads the triggers file (a bad one exits 2 naming it), then Redis (down: exit 1 naming REDIS_URL)."""
+    from pidispatch.common.keys import Keys
+    from pidispatch.common.registry import RegistryUnreachable, read_live_hosts
+    from pidispatch.common.runtime import now_ms
+    from pidispatch.console.control import connected, redis_settings
+    from pidispatch.triggers.loader import load_triggers
+    from pidispatch.worker.cron.firings import guard_state, last_firing, rearm
+    from pidispatch.worker.cron.schedules import host_zone
+
+    path = (os.environ.get("PI_TRIGGERS_FILE") or "").strip()
+    rules = (await asyncio.to_thread(load_triggers, path)).cron if path else ()
+    zone, tz = host_zone(os.environ)
+    settings = redis_settings()
+    keys = Keys(settings.key_prefix)
+    now = now_ms()
+    if args.rearm is not None:
+        async with connected(settings, "nothing was changed") as redis:
+            lifted = await rearm(redis, keys, args.rearm)
+        said = f"re-armed {args.rearm}" if lifted else f"{args.rearm} was not torn down; its stalls are reset"
+        print(json.dumps({"rearmed": args.rearm, "wasTornDown": lifted}) if args.json else said)
+        return 0
+    async with connected(settings, "nothing was read") as redis:
+        try:
+            hosts = await read_live_hosts(redis, keys, now)
+        except RegistryUnreachable as exc:
+            raise OSError(exc.reason) from None
+        lasts = {r.id: await last_firing(redis, keys, r.id) for r in rules}
+        guards = {r.id: await guard_state(redis, keys, r.id) for r in rules}
+    rows = schedule_rows(rules, hosts, lasts, now, zone, tz, guards)
+    print(json.dumps(rows) if args.json else render_table(rows))
+    return 0
+
+
+# --- pi-dispatch run --trigger <id> ---------------------------------------------------------------------
+
+# What a cron trigger's own run decides: refused beside --trigger rather than silently ignored.
+_RUN_OPTIONS = ("task", "flow", "provider", "model", "max_turns", "image")
+
+
+def _fail(problem: str) -> int:
+    print(f"pi-dispatch run: {problem}", file=sys.stderr)
+    return 1
+
+
+def trigger_problem(args: argparse.Namespace) -> str | None:
+    """Pure: why ``run --trigger`` refuses its other arguments, or None."""
+    if args.folder is not None:
+        return "a folder is refused beside --trigger (the trigger's run.folder is the folder)"
+    for name in _RUN_OPTIONS:
+        if getattr(args, name) is not None:
+            return f"--{name.replace('_', '-')} is refused beside --trigger (the trigger's run says it)"
+    return None
+
+
+async def run_trigger(args: argparse.Namespace, clock: EpochMsClock) -> int:
+    """Queue one run of the cron trigger ``args.trigger`` now, on this host's stream, as the schedule
+    would (id ``repeat:<id>:<now ms>``); the folder checks of ``pi-dispatch run`` apply (``--force``)."""
+    from pidispatch.common.errors import ConfigError
+    from pidispatch.common.keys import Keys
+    from pidispatch.common.outcome import InfraFault
+    from pidispatch.common.settings import load_settings
+    from pidispatch.console.control import connected
+    from pidispatch.triggers.loader import load_triggers
+    from pidispatch.worker.cron.firings import record_firing
+    from pidispatch.worker.cron.schedules import cron_job
+    from pidispatch.worker.local import check_folder, enqueue_once
+    from pidispatch.worker.replica import own_stream_settings
+
+    problem = trigger_problem(args)
+    if problem is not None:
+        return _fail(problem)
+    path = (os.environ.get("PI_TRIGGERS_FILE") or "").strip()
+    if not path:
+        raise ConfigError("PI_TRIGGERS_FILE is unset; accepted: the triggers.json that has the cron trigger")
+    rules = (await asyncio.to_thread(load_triggers, path)).cron
+    rule = next((r for r in rules if r.id == args.trigger), None)
+    if rule is None:
+        ids = ", ".join(r.id for r in rules) or "none in the file"
+        return _fail(f"no cron trigger has on.id {args.trigger!r}; accepted: {ids}")
+    folder = str(rule.run["folder"])
+    real = await asyncio.to_thread(os.path.realpath, folder)
+    try:
+        facts = await check_folder(real, folder, force=args.force)
+    except InfraFault as fault:
+        return _fail(f"folder {folder} cannot be checked ({fault.reason}); try again")
+    if isinstance(facts, str):
+        return _fail(facts)
+    settings = await own_stream_settings(load_settings())
+    keys = Keys(settings.key_prefix)
+    stream = keys.host_jobs(settings.worker_name) if settings.worker_name_declared else keys.jobs
+    now = clock()
+    job = cron_job(rule, now, now)
+    async with connected(settings, "nothing was queued") as redis:
+        status, job_id, state = await enqueue_once(redis, keys, stream, job)
+        if status == "queued":
+            await record_firing(redis, keys, job_id)
+    if args.json:
+        print(json.dumps({"status": status, "jobId": job_id, "trigger": rule.id, "state": state}))
+    elif status == "queued":
+        print(f"queued {job_id} for trigger {rule.id}")
+    else:
+        print(f"{job_id} is already queued ({state}); nothing new was queued")
+    return 0

@@ -1,0 +1,12 @@
+"""Dev tooling's verbs (entry point ``pidispatch.commands``): ``dev``, ``init``, and the image builds."""
+
+from __future__ import annotations
+
+import argparse
+
+from pidispatch.dev import demoverb, jobimage, scaffold, serviceimage, stack
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for module in (stack, scaffold, jobimage, serviceimage, demoverb):
+        module.register(sub)

@@ -1,0 +1,118 @@
+"""``pi-dispatch service-image build``: the image compose.yaml runs (the services, redis-server, haproxy).
+
+Without ``--base`` it first runs ``images/service/build-base.sh``, which makes the Debian base from a
+package mirror alone (no image registry). Then ``docker build`` of the repository's ``Dockerfile`` over a
+context holding only what the Dockerfile copies (never ``.pi-dispatch/`` or a virtualenv); a build whose
+inputs did not change is skipped, by the content hash in the image's label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.dev.imagebuild import build_unless_built, stream
+
+DEFAULT_TAG = "pi-dispatch:latest"
+DEFAULT_BASE = "pd-service-base:bookworm"
+BASE_SCRIPT = Path("images") / "service" / "build-base.sh"
+# What the Dockerfile copies, as .dockerignore lets a plain `docker build .` see it.
+TOP_FILES = ("Dockerfile", "pyproject.toml", "README.md", "LICENSE")
+TREES = ("libs", "services")
+SKIPPED_PARTS = ("__pycache__",)
+SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    tag: str
+    base: str
+    build_base: bool  # run build-base.sh first: only for the default Debian base
+
+
+def plan(args: argparse.Namespace) -> ServicePlan:
+    """Pure: what ``args`` ask for."""
+    tag = (args.tag or "").strip()
+    if not tag or any(c.isspace() for c in tag):
+        raise ConfigError(
+            f"--tag {args.tag!r} is not an image reference; accepted: name[:tag], e.g. {DEFAULT_TAG}"
+        )
+    base = (args.base or "").strip() or None
+    if base is not None and any(c.isspace() for c in base):
+        raise ConfigError(f"--base {base!r} is not an image reference; accepted: name[:tag]")
+    return ServicePlan(tag=tag, base=base or DEFAULT_BASE, build_base=base is None)
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The repository this package is installed from (editable), searched upwards."""
+    here = (start or Path(__file__)).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "Dockerfile").is_file() and (folder / BASE_SCRIPT).is_file():
+            return folder
+    raise ConfigError(
+        f"no Dockerfile and {BASE_SCRIPT} above {here}; service-image build needs the repository "
+        "checkout (pip install -e . from it)"
+    )
+
+
+def context_files(root: Path) -> dict[str, bytes]:
+    """The files the build copies, by path relative to ``root``; bytecode caches left out."""
+    files = {name: (root / name).read_bytes() for name in TOP_FILES}
+    for tree in TREES:
+        for path in sorted((root / tree).rglob("*")):
+            rel = path.relative_to(root)
+            if not path.is_file() or path.suffix in SKIPPED_SUFFIXES:
+                continue
+            if any(part in SKIPPED_PARTS or part.endswith(".egg-info") for part in rel.parts):
+                continue
+            files[rel.as_posix()] = path.read_bytes()
+    return files
+
+
+def build_argv(plan_: ServicePlan, *, build_hash_: str, context: Path) -> list[str]:
+    """Pure: the ``docker build`` command line."""
+    return [
+        "docker", "build",
+        "--build-arg", f"BASE={plan_.base}",
+        "--build-arg", f"BUILD_HASH={build_hash_}",
+        "-t", plan_.tag,
+        str(context),
+    ]
+
+
+async def build(args: argparse.Namespace) -> int:
+    plan_ = plan(args)
+    root = await asyncio.to_thread(find_root)
+    if shutil.which("docker") is None:
+        raise InfraError("docker not found on PATH; service-image build needs the docker CLI and daemon")
+    started = time.monotonic()
+    if plan_.build_base:
+        await stream(["sh", str(root / BASE_SCRIPT)], BASE_SCRIPT.name)
+    files = await asyncio.to_thread(context_files, root)
+    await build_unless_built(
+        "service-image", plan_.tag, files, [plan_.base],
+        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context), started,
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("service-image", help="build the services' image that compose.yaml runs",
+                       description="Build the image compose.yaml runs receiver, router and worker from.")
+    verbs = p.add_subparsers(dest="service_image_command", metavar="VERB", required=True)
+    b = verbs.add_parser(
+        "build", help="build the service image; skipped when nothing changed",
+        description="Build the service image with docker; nothing is rebuilt when its inputs are unchanged.",
+    )
+    b.add_argument(
+        "--base", default=None,
+        help="image with python >= 3.11 (venv), git, redis-server, haproxy and curl to build on "
+        "(default: the Debian base from images/service/build-base.sh)",
+    )
+    b.add_argument("--tag", default=DEFAULT_TAG, help=f"the image's tag (default {DEFAULT_TAG})")
+    b.set_defaults(func=build)
