@@ -43,8 +43,8 @@ from pidispatch.common.models import Event, text
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.registry import Fleet, read_live_hosts
 from pidispatch.common.scripts import INGEST
+from pidispatch.forges import pipeline
 from pidispatch.router.trim import trim_all
-from pidispatch.triggers import pipeline
 from pidispatch.triggers.loader import parse_triggers
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.rules import Rules

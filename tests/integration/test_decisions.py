@@ -9,8 +9,7 @@ from pidispatch.common.dedup import DAY_MS
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.router import decisionlog
-from pidispatch.triggers import decisions, jobs
+from pidispatch.triggers import decisionlog, decisions, jobs
 from pidispatch.triggers.decision import Subject
 from pidispatch.triggers.decisions import RouteOutcome
 from tests.support.decisions import bucket_of

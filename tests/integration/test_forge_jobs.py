@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from structlog.testing import capture_logs
 
-from pidispatch.common.envnames import FORGE_TOKEN_VARS
 from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
@@ -43,6 +42,7 @@ from pidispatch.triggers.decision import Fire
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.match.predicate import Predicate
 from pidispatch.triggers.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
+from pidispatch.worker.engine.environment import FORGE_TOKEN_VARS
 from pidispatch.worker.forgework import sentences
 from tests.support.forges import (
     ISSUE_REPO,

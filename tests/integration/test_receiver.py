@@ -27,8 +27,8 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
+from pidispatch.forges.receive import load_receiver_config
 from pidispatch.receiver.app import create_app
-from pidispatch.receiver.config import load_receiver_config
 from tests.support.dedup import is_remembered, remembered_count
 from tests.support.payloads import FIXTURES, octokit_examples
 from tests.support.polling import wait_for

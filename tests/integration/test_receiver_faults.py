@@ -22,8 +22,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
+from pidispatch.forges.receive import load_receiver_config
 from pidispatch.receiver.app import create_app
-from pidispatch.receiver.config import load_receiver_config
 from pidispatch.receiver.spool import SPOOL_FILE, Spool
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for

@@ -25,8 +25,8 @@ from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
+from pidispatch.forges.receive import load_receiver_config
 from pidispatch.receiver.app import create_app
-from pidispatch.receiver.config import load_receiver_config
 from tests.support.dedup import is_remembered, remembered_count
 from tests.support.payloads import fixture_bytes, fixture_paths
 from tests.support.polling import wait_for

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.settings import load_settings
+from pidispatch.forges.receive import load_receiver_config
 from pidispatch.receiver.app import create_app
-from pidispatch.receiver.config import load_receiver_config
 from tests.support.payloads import fixture_bytes
 from tests.support.receiver import (
     AZURE_BASIC_SECRET,

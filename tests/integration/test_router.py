@@ -21,9 +21,9 @@ from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.common.streams import ensure_group, read_group
-from pidispatch.router import decisionlog
+from pidispatch.forges import pipeline
 from pidispatch.router.service import run_router
-from pidispatch.triggers import pipeline
+from pidispatch.triggers import decisionlog
 from pidispatch.triggers.loader import Rules, RulesRef, parse_triggers
 from tests.support.decisions import bucket_of, decision_fields
 from tests.support.payloads import FIXTURES

@@ -22,7 +22,8 @@ from pidispatch.common.models import Job, job_to_fields
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
 from pidispatch.console.control import cancel_job
-from pidispatch.dev.demoimage import CAPABILITIES_LABEL, FORGES_LABEL, TEST_AGENT_SCRIPT, build_image
+from pidispatch.dev.demoimage import TEST_AGENT_SCRIPT, build_image
+from pidispatch.worker.engine.preflight import CAPABILITIES_LABEL, FORGES_LABEL
 from pidispatch.worker.local import local_job_id
 from tests.support.polling import wait_for
 from tests.support.worker import enqueue, git_repo, issue_job, record, running_worker

@@ -11,9 +11,10 @@ from multidict import CIMultiDict
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.settings import load_settings
-from pidispatch.forges.arms import Arm, Classification, RequestHead, configure_arms
+from pidispatch.forges.armconfig import ReceiverConfig
+from pidispatch.forges.arms import Arm, Classification, RequestHead
+from pidispatch.forges.receive import configure_arms, load_receiver_config
 from pidispatch.forges.refusals import ReceiverRefusal
-from pidispatch.receiver.config import ReceiverConfig, load_receiver_config
 
 NOW_MS = 1_700_000_000_000
 BODY = b'{"action":"opened"}'

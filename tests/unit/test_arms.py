@@ -7,8 +7,9 @@ import pytest
 from pidispatch import forges
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.settings import Settings
-from pidispatch.forges.arms import configure_arms, forge_for_path, normalise_path
-from pidispatch.receiver.config import WEBHOOK_SECRET_VARS, load_receiver_config
+from pidispatch.forges.armconfig import WEBHOOK_SECRET_VARS
+from pidispatch.forges.arms import forge_for_path, normalise_path
+from pidispatch.forges.receive import configure_arms, load_receiver_config, receive_of
 from tests.support.arms import receiver_config
 from tests.support.receiver import (
     AZURE_HEADER_SECRET,
@@ -61,7 +62,7 @@ def test_every_forge_has_an_arm_on_its_own_path() -> None:
     assert tuple(arms) == forges.names()
     for forge in forges.FORGES:
         assert (arms[forge.name].name, arms[forge.name].path) == (forge.name, forge.path)
-        assert forge.receiver().setup_hint
+        assert receive_of(forge).setup_hint
 
 
 # --- routing ------------------------------------------------------------------------------------------

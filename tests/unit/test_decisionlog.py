@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pidispatch.router import decisionlog
-from pidispatch.router.decisionlog import Logged
+from pidispatch.triggers import decisionlog
 from pidispatch.triggers.decision import Subject
+from pidispatch.triggers.decisionlog import Logged
 
 AT = 1_764_583_200_123  # 2025-12-01T10:00:00.123Z
 

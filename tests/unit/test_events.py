@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pidispatch.console.events import listing, shown_outcome
-from pidispatch.router.decisionlog import Logged
+from pidispatch.triggers.decisionlog import Logged
 
 
 def _line(entry: str, outcome: str, at: int, **extra: Any) -> Logged:

@@ -9,11 +9,11 @@ import msgspec
 import pytest
 
 from pidispatch.common.models import Event
+from pidispatch.forges.pipeline import explain
 from pidispatch.triggers.decisions import Decided
 from pidispatch.triggers.explain import Explanation, RuleEntry
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.match.predicate import Predicate
-from pidispatch.triggers.pipeline import explain
 from pidispatch.triggers.rules import (
     CommentRule,
     CronRule,

@@ -9,15 +9,16 @@ import msgspec
 import pytest
 
 from pidispatch import forges
-from pidispatch.common.envnames import FORGE_TOKEN_VARS, RESERVED_SECRET_NAMES
-from pidispatch.forges import FORGES, by_name, identity, names
+from pidispatch.common import envnames
+from pidispatch.common.envnames import RESERVED_SECRET_NAMES
+from pidispatch.forges import FORGES, by_name, identity, names, pipeline
 from pidispatch.forges.arms import FALLTHROUGH_FORGE, FORGE_PATHS
 from pidispatch.forges.authority import FAILED_EVENT
 from pidispatch.forges.config import FORGE_VARIABLES, ForgeConfig
-from pidispatch.triggers import pipeline
 from pidispatch.triggers.jobs import JOB_ID_PREFIX
 from pidispatch.triggers.loader import FORGE_KINDS, PR_ACTIONS
 from pidispatch.triggers.rules import Rules
+from pidispatch.worker.engine.environment import FORGE_TOKEN_VARS
 from pidispatch.worker.ladder import GIT_USERNAMES
 
 
@@ -53,6 +54,10 @@ def test_entries_are_well_formed() -> None:
         assert f.pr_close_word is None or f.pr_close_word in f.pr_actions
         assert f.pr_label_action is None or f.pr_label_action in f.pr_actions
         assert set(f.token_vars) <= RESERVED_SECRET_NAMES
+
+
+def test_the_token_variables_below_the_forges_are_every_forges_own() -> None:
+    assert sorted(envnames.FORGE_TOKEN_VARS) == sorted(v for f in FORGES for v in f.token_vars)
 
 
 def test_every_table_covers_every_forge() -> None:

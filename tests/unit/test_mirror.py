@@ -12,6 +12,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job, Matched, RunRecord, Sender, Target, Trigger
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.worker.engine.exitline import ExitInfo
+from pidispatch.worker.history import mirror as mirror_module
 from pidispatch.worker.history.mirror import (
     DAY_MS,
     RUNS_INDEX_MAX,
@@ -23,7 +24,6 @@ from pidispatch.worker.history.mirror import (
     read_mirror,
 )
 from pidispatch.worker.history.records import build_record, encode_record
-from pidispatch.worker.history import mirror as mirror_module
 from tests.support.processes import RedisProcess
 
 T0 = 1_700_000_000_000

@@ -13,9 +13,9 @@ from pidispatch.common.models import (
     Trigger,
     job_from_fields,
     job_to_fields,
-    record_target,
     sanitize_job_id,
 )
+from pidispatch.worker.history.records import record_target
 
 
 def _job(**kw: object) -> Job:

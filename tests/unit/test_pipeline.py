@@ -13,10 +13,10 @@ from pidispatch.forges.azure.authority import AzureMembership
 from pidispatch.forges.forgejo.authority import ForgejoPermission
 from pidispatch.forges.github.authority import GithubCloser
 from pidispatch.forges.gitlab.authority import GitlabMember
+from pidispatch.forges.pipeline import Ask, Drop, Fire, MalformedPayload, Subject, plan, planned, resume
 from pidispatch.triggers.jobs import semantic_key
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.match.predicate import Predicate
-from pidispatch.triggers.pipeline import Ask, Drop, Fire, MalformedPayload, Subject, plan, planned, resume
 from pidispatch.triggers.rules import (
     CloseRule,
     CommentRule,

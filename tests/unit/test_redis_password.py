@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from pidispatch.common.configsyntax import url_carries_password
+from pidispatch.common.connect import redis_settings
 from pidispatch.common.envnames import parse_forward_env
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.redis import check_redis_auth, create_redis, redis_location
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import load_settings
-from pidispatch.console.control import redis_settings
 from tests.support.processes import RedisProcess
 from tests.support.sources import SOURCES
 

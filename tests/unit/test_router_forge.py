@@ -18,7 +18,7 @@ from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.http import create_http
 from pidispatch.forges.identity import explicit_self_ids
-from pidispatch.forges.route import token_sources
+from pidispatch.forges.route import route_of, token_sources
 from pidispatch.router.commands import require_credentials
 from pidispatch.triggers.loader import parse_triggers
 from pidispatch.triggers.lookup import Question, SelfIds
@@ -36,7 +36,7 @@ def test_every_forge_has_its_route() -> None:
     members = [m for m in vars(router_forge.RouterForge) if not m.startswith("_")]
     members += list(router_forge.RouterForge.__annotations__)
     for forge in FORGES:
-        route = forge.router()
+        route = route_of(forge)
         assert route is import_module(f"{forge.package}.route").ROUTE
         assert route.name == forge.name
         assert all(hasattr(route, m) for m in members), forge.name

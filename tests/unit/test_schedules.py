@@ -14,9 +14,10 @@ from pidispatch.common.cronpattern import next_occurrence, schedule_of, schedule
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.registry import HostRow, parse_row
 from pidispatch.common.settings import load_settings
-from pidispatch.console.scheduleview import ROW_KEYS, render_table, schedule_rows, trigger_problem
+from pidispatch.console.scheduleview import ROW_KEYS, render_table, schedule_rows
 from pidispatch.triggers.rules import CronRule
 from pidispatch.worker.cron.gate import definitions, fleet_fingerprint
+from pidispatch.worker.cron.manual import trigger_problem
 from pidispatch.worker.cron.schedules import (
     GRACE_MS,
     Loaded,

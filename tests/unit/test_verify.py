@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from pidispatch.forges import refusals, verify
+from pidispatch.forges import receive, refusals, verify
 from pidispatch.forges.verify import (
     NO_MATCH,
     decode_gitlab_signing_key,
@@ -304,7 +304,7 @@ def test_reason_tokens_are_a_small_fixed_set() -> None:
         "missing-credential",
         "invalid-credential",
         "not-configured",
-    } == refusals.reasons()
+    } == receive.reasons()
 
 
 @pytest.mark.parametrize(

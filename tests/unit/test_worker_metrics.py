@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from pidispatch.common.outcome import AttemptOutcome
+from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.engine.runner import RunResult
 from pidispatch.worker.metrics import WorkerMetrics
 from tests.support.scrape import Samples, labelled, parse, sample

@@ -15,7 +15,7 @@ from pidispatch.common.outcome import InfraFault, JobConfigRefused
 from pidispatch.common.runtime import now_ms
 from pidispatch.forges import FORGES as REGISTRY
 from pidispatch.forges import names
-from pidispatch.forges.api import Tip, start_forges
+from pidispatch.forges.api import Tip, api_of, start_forges
 from pidispatch.forges.check import RATE_LIMITED, UNAVAILABLE
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
@@ -318,7 +318,7 @@ def test_every_forge_in_the_registry_gives_the_worker_a_client() -> None:
     clients = start_forges(load_forge_config({}), None, now_ms)  # type: ignore[arg-type]
     assert set(clients) == set(names())
     for f in REGISTRY:
-        assert callable(f.worker().start(load_forge_config({}), None, now_ms))  # type: ignore[arg-type]
+        assert callable(api_of(f).start(load_forge_config({}), None, now_ms))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kind", ["local", "bitbucket", ""])

@@ -7,9 +7,9 @@ import pytest
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.settings import Settings
 from pidispatch.forges import refusals
-from pidispatch.forges.arms import Classification, configure_arms
+from pidispatch.forges.arms import Classification
 from pidispatch.forges.github.receive import GITHUB_EVENTS
-from pidispatch.receiver.config import load_receiver_config
+from pidispatch.forges.receive import configure_arms, load_receiver_config
 from tests.support.arms import BODY, NEVER_STORED, arm_for, receiver_config, refused, run_arm
 from tests.support.receiver import (
     github_headers,

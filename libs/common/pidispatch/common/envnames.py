@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.forges import FORGES
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-# Where a job's minted forge token goes: every one of its forge's variables, never another forge's.
-FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {f.name: f.token_vars for f in FORGES}
+# Every variable a job's minted forge token may go in (each forge's ``token_vars`` names its own; a test
+# holds the two equal). Listed here, below the forges, because settings and triggers refuse them too.
+FORGE_TOKEN_VARS = (
+    "GITHUB_TOKEN", "GH_TOKEN", "GITLAB_TOKEN", "GL_TOKEN", "FORGEJO_TOKEN", "GITEA_SERVER_TOKEN",
+    "AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN",
+)
 FORGE_HOST_VARS = ("GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL")
 EGRESS_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")
 # Deleted from every container env last: a runner-internal name set from outside would steer the runner.
@@ -45,7 +48,7 @@ PROVIDER_KEY_VARS: dict[str, tuple[str, ...]] = {
 # Names the runtime sets itself. A trigger binding one would be overwritten, or would
 # override what the worker set.
 RESERVED_SECRET_NAMES = frozenset({
-    *(v for names in FORGE_TOKEN_VARS.values() for v in names), *FORGE_HOST_VARS, *EGRESS_VARS,
+    *FORGE_TOKEN_VARS, *FORGE_HOST_VARS, *EGRESS_VARS,
     *RUNNER_INTERNAL_VARS,
     "PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS", "PI_MAX_TOKENS", "PI_JOB_ID", "PI_FLOW", "PI_COMMAND",
     "PI_OFFLINE", "PI_PACKAGES", "PI_SESSION_FILE", "PI_EXCLUDE_TOOLS", "PI_ALLOWED_MODELS",
@@ -77,7 +80,7 @@ def parse_forward_env(raw: str | None) -> tuple[str, ...]:
     """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
     if raw is None:
         return ()
-    minted = {v for names in FORGE_TOKEN_VARS.values() for v in names}
+    minted = set(FORGE_TOKEN_VARS)
     names = [n.strip() for n in raw.split(",") if n.strip()]
     for n in names:
         if not ENV_NAME_RE.match(n):

@@ -12,7 +12,6 @@ from typing import Any, Final
 
 import msgspec
 
-from pidispatch import forges
 from pidispatch.common.runtime import iso_ms
 
 Fields = dict[str, str]
@@ -233,19 +232,3 @@ def sanitize_job_id(job_id: str | None) -> str:
     if not job_id:
         return "unknown-job"
     return _UNSAFE_ID_CHARS.sub("_", job_id)
-
-
-def item_sep(kind: str, pull: bool) -> str:
-    """What stands between a repository and an item's number: ``!`` for a pull request on a forge that
-    numbers them apart from issues (GitLab, Azure DevOps: ``bang_pr``), else ``#``."""
-    forge = forges.find(kind)
-    return "!" if pull and forge is not None and forge.bang_pr else "#"
-
-
-def record_target(job: Job) -> str | None:
-    """``local:<basename>`` or ``<repo><sep><number>``; never a full path or any payload text."""
-    if job.is_local:
-        return job.repo if job.repo.startswith("local:") else f"local:{job.repo}"
-    if job.target is None:
-        return None
-    return f"{job.repo}{item_sep(job.kind, job.target.type == 'pull_request')}{job.target.number}"

@@ -10,11 +10,7 @@ reserved for the attempt is given back (only ``container-never-started`` and fau
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-if TYPE_CHECKING:
-    from pidispatch.worker.engine.exitline import ExitInfo
-    from pidispatch.worker.engine.runner import RunResult
+from typing import Literal
 
 # The outcome an attempt's record carries: ``policy`` is a determinate stop, ``failed`` may be retried.
 OutcomeName = Literal["completed", "policy", "failed"]
@@ -38,15 +34,3 @@ class InfraFault(Exception):
         super().__init__(reason)
         self.reason = reason
         self.refund = refund
-
-
-@dataclass(frozen=True)
-class AttemptOutcome:
-    """How one attempt ended, as its record will say; ``retry`` marks a failed attempt that may run again."""
-
-    outcome: OutcomeName
-    reason: str | None
-    result: RunResult | None = None
-    exit_info: ExitInfo | None = None
-    budget_reserved: bool = False
-    retry: bool = False

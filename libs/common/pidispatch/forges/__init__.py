@@ -18,7 +18,7 @@ from pidispatch.forges.base import Forge
 FORGES: tuple[Forge, ...] = (github.FORGE, gitlab.FORGE, forgejo.FORGE, azure.FORGE)
 _BY_NAME: Mapping[str, Forge] = {f.name: f for f in FORGES}
 
-__all__ = ["FORGES", "Forge", "by_name", "fallthrough", "find", "names"]
+__all__ = ["FORGES", "Forge", "by_name", "fallthrough", "find", "item_sep", "names"]
 
 
 def names() -> tuple[str, ...]:
@@ -38,3 +38,10 @@ def find(name: str) -> Forge | None:
 def fallthrough() -> Forge:
     """The receiver's forge for a path no other forge claims."""
     return next(f for f in FORGES if f.fallthrough)
+
+
+def item_sep(kind: str, pull: bool) -> str:
+    """What stands between a repository and an item's number: ``!`` for a pull request on a forge that
+    numbers them apart from issues (GitLab, Azure DevOps: ``bang_pr``), else ``#``."""
+    forge = find(kind)
+    return "!" if pull and forge is not None and forge.bang_pr else "#"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import aiohttp
 
@@ -18,6 +18,7 @@ from pidispatch import forges
 from pidispatch.common.models import Job
 from pidispatch.common.outcome import JobConfigRefused
 from pidispatch.common.runtime import EpochMsClock
+from pidispatch.forges.base import Forge
 from pidispatch.forges.config import ForgeConfig
 
 
@@ -61,7 +62,7 @@ def start_forges(
     config: ForgeConfig, http: aiohttp.ClientSession, clock: EpochMsClock
 ) -> dict[str, MakeClient]:
     """Every forge's client maker for this worker, by forge name."""
-    return {f.name: f.worker().start(config, http, clock) for f in forges.FORGES}
+    return {f.name: api_of(f).start(config, http, clock) for f in forges.FORGES}
 
 
 def forge_api(job: Job, clients: Mapping[str, MakeClient]) -> ForgeApi:
@@ -70,3 +71,8 @@ def forge_api(job: Job, clients: Mapping[str, MakeClient]) -> ForgeApi:
     if make is None:
         raise JobConfigRefused(f"this job's kind has no forge API; accepted: {', '.join(forges.names())}")
     return make(job)
+
+
+def api_of(forge: Forge) -> WorkerForge:
+    """The forge's ``api`` part, typed."""
+    return cast(WorkerForge, forge.part("api", "API"))

@@ -8,7 +8,7 @@ An arm turns the pure checks of ``verify`` into three steps the HTTP layer runs 
    router could ever act on it (the others answer 204 unstored).
 
 Each forge's arm lives in its package (``pidispatch.forges.<name>.receive``); this module reaches it
-through ``Forge.receiver()`` only.
+through ``receive_of(Forge)`` only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from multidict import istr
 
 from pidispatch import forges
 from pidispatch.forges.refusals import ReceiverRefusal, Table
-from pidispatch.receiver.config import ReceiverConfig
 
 # Paths with their own forge; every other path falls through to one forge, so "/" reaches it too.
 FORGE_PATHS: Mapping[str, str] = {f.path: f.name for f in forges.FORGES if not f.fallthrough}
@@ -72,6 +71,3 @@ def normalise_path(path: str) -> str:
     return path
 
 
-def configure_arms(config: ReceiverConfig) -> dict[str, Arm]:
-    """The arms ``config`` describes, by forge name (``load_receiver_config`` refused bad ones)."""
-    return {name: forges.by_name(name).receiver().arm(block) for name, block in config.arms.items()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from typing import TypeGuard
+from typing import Protocol, TypeGuard
 from urllib.parse import quote
 
 import aiohttp
@@ -28,8 +28,7 @@ from pidispatch.common.runtime import MonotonicMsClock, monotonic_ms
 from pidispatch.forges import FORGES
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.http import BadBody, Reply, Unreachable, call
-from pidispatch.forges.route import RouterForge, TokenSources
-from pidispatch.router.metrics import RouterMetrics
+from pidispatch.forges.route import RouterForge, TokenSources, route_of
 from pidispatch.triggers.lookup import Authorized, Indeterminate, Question, Verdict
 
 LOOKUP_TIMEOUT_S = 5.0
@@ -69,6 +68,12 @@ def is_int(value: object) -> TypeGuard[int | float]:
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+class LookupCounter(Protocol):
+    """Where each lookup's result is counted (the router's metrics); the library owns no registry."""
+
+    def looked_up(self, forge: str, result: str) -> None: ...
 
 
 class CannotAnswer(Exception):
@@ -126,7 +131,7 @@ class Authority:
         *,
         timeout_s: float = LOOKUP_TIMEOUT_S,
         cache_ttl_ms: int = CACHE_TTL_MS,
-        metrics: RouterMetrics | None = None,
+        metrics: LookupCounter | None = None,
     ) -> None:
         self.config, self.sources, self.http = config, sources, http
         self.metrics = metrics
@@ -161,7 +166,7 @@ class Authority:
         forge = forges.find(getattr(question, "forge", "")) if isinstance(question, Question) else None
         if forge is None:
             raise TypeError(f"not a lookup question: {type(question).__name__}")
-        return forge.router()
+        return route_of(forge)
 
     async def get(self, url: str | yarl.URL, headers: dict[str, str]) -> Reply:
         try:

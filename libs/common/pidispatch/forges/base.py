@@ -4,7 +4,8 @@ A forge package (``pidispatch.forges.<name>``) builds one ``Forge``. Its constan
 service; the parts that hold code are loaded only by the service that runs them, so the receiver never
 imports the router's matchers nor the worker's API client: ``receiver()``, ``router()`` and ``worker()``
 import ``<package>.receive``, ``.route`` and ``.api`` on first use (each module annotates its part with
-the service's protocol, so mypy checks it there).
+the service's protocol, so mypy checks it there). The accessors live beside the protocols, so this
+module imports none of them.
 """
 
 from __future__ import annotations
@@ -12,12 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, cast
-
-if TYPE_CHECKING:
-    from pidispatch.forges.api import WorkerForge
-    from pidispatch.forges.receive import ReceiverForge
-    from pidispatch.forges.route import RouterForge
+from typing import Any
 
 
 @cache
@@ -48,11 +44,7 @@ class Forge:
     pr_label_action: str | None = None  # the PR action that means "a label was added", where one exists
     issue_actions: frozenset[str] | None = None  # None: no issue rules on this forge
 
-    def receiver(self) -> ReceiverForge:
-        return cast("ReceiverForge", _part(self.package, "receive", "RECEIVE"))
-
-    def router(self) -> RouterForge:
-        return cast("RouterForge", _part(self.package, "route", "ROUTE"))
-
-    def worker(self) -> WorkerForge:
-        return cast("WorkerForge", _part(self.package, "api", "API"))
+    def part(self, module: str, attribute: str) -> Any:
+        """``<package>.<module>.<attribute>``, imported on first use; typed by the accessor beside each
+        service's protocol (``receive.receive_of``, ``route.route_of``, ``api.api_of``)."""
+        return _part(self.package, module, attribute)

@@ -29,7 +29,7 @@ from pidispatch.forges.config import ForgeConfig
 # A generic HTTP rule kept in GitHub's auth module (the worker reads it there too); it belongs in
 # pidispatch.forges.http, and until it moves this is the generic router's one import of a forge package.
 from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
-from pidispatch.forges.route import TokenSources
+from pidispatch.forges.route import TokenSources, route_of
 from pidispatch.triggers.lookup import SelfIds
 
 Sleep = Callable[[float], Awaitable[Any]]
@@ -136,7 +136,7 @@ async def resolve_self_ids(
     configured = config.configured_forges()
 
     async def one(forge: forges.Forge) -> object | None:
-        route = forge.router()
+        route = route_of(forge)
         explicit = route.explicit_self(config)
         if explicit is not None:
             log.info("self_identity", forge=forge.name, resolved=True, source=forge.self_id_var)
@@ -161,12 +161,12 @@ async def resolve_self_ids(
 
 def explicit_self_ids(config: ForgeConfig) -> SelfIds:
     """The identities the operator set explicitly, no lookup (for ``explain``, which asks no forge)."""
-    return _fold((forge, forge.router().explicit_self(config)) for forge in FORGES)
+    return _fold((forge, route_of(forge).explicit_self(config)) for forge in FORGES)
 
 
 def _fold(values: Iterable[tuple[forges.Forge, object | None]]) -> SelfIds:
     ids = SelfIds()
     for forge, value in values:
         if value is not None:
-            ids = forge.router().with_self(ids, value)
+            ids = route_of(forge).with_self(ids, value)
     return ids

@@ -12,8 +12,6 @@ from typing import NamedTuple
 
 import msgspec
 
-from pidispatch import forges
-
 
 class ReceiverRefusal(NamedTuple):
     status: int
@@ -75,19 +73,3 @@ def not_configured(forge: str) -> ReceiverRefusal:
     return json_refusal(404, f"{forge} webhooks are not configured", "not-configured")
 
 
-def reasons() -> frozenset[str]:
-    """Every reason token the receiver logs, for the metric's documentation and the tests that pin the set.
-
-    A function, not a constant: each forge's rows are in its ``receive`` module, which imports this one.
-    """
-    shared = (
-        *DEFAULT_TABLE,
-        MISSING_SIGNATURE,
-        INVALID_SIGNATURE,
-        INVALID_TIMESTAMP,
-        MISSING_TOKEN,
-        INVALID_TOKEN,
-        *(not_configured(forge.name) for forge in forges.FORGES),
-    )
-    own = (row for forge in forges.FORGES for row in forge.receiver().refusals)
-    return frozenset(row.reason for row in (*shared, *own))

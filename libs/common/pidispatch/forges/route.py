@@ -1,7 +1,7 @@
 """What a forge package gives the router: ``pidispatch.forges.<name>.route.ROUTE``.
 
 The generic modules (pipeline, authority, identity, triggers, runfields, commands) iterate
-``pidispatch.forges.FORGES`` and call ``forge.router()`` for everything that differs between forges;
+``pidispatch.forges.FORGES`` and call ``route_of(forge)`` for everything that differs between forges;
 none of them names a forge. The route modules import router modules freely (they load lazily, on the
 first ``router()`` call), so this module only names their types.
 """
@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from pidispatch.common.models import item_sep
-from pidispatch.forges import FORGES
+from pidispatch.forges import FORGES, item_sep
+from pidispatch.forges.base import Forge
 
 if TYPE_CHECKING:
     import aiohttp
+    import yarl
 
     from pidispatch.common.models import Event
-    from pidispatch.forges.authority import Authority
     from pidispatch.forges.config import ForgeConfig
-    from pidispatch.forges.identity import IdentityCalls
+    from pidispatch.forges.http import Reply
     from pidispatch.triggers.decision import Decision
     from pidispatch.triggers.explain import Trace
     from pidispatch.triggers.lookup import Question, SelfIds
@@ -31,6 +31,33 @@ if TYPE_CHECKING:
 # Each forge's own credential object (a token source), keyed by forge name: opaque here, read only by
 # that forge's identity and authority code. Forges whose config holds a plain token have none.
 TokenSources = Mapping[str, object]
+
+
+class AuthorityCalls(Protocol):
+    """What a forge's ``authorize`` asks with: ``forges.authority.Authority`` (typed here, so this
+    protocol module imports neither that module nor ``identity``, which both dispatch through it)."""
+
+    config: ForgeConfig
+    sources: TokenSources
+
+    async def get(self, url: str | yarl.URL, headers: dict[str, str]) -> Reply: ...
+
+    def json(self, reply: Reply) -> object: ...
+
+    def permission(self, reply: Reply) -> bool: ...
+
+
+class IdentityAsk(Protocol):
+    """What a forge's ``resolve_self`` asks with: ``forges.identity.IdentityCalls``."""
+
+    config: ForgeConfig
+    sources: TokenSources
+    headers: dict[str, Mapping[str, str]]
+
+    async def json(self, forge: str, what: str, url: str | yarl.URL, headers: Mapping[str, str], *,
+                   denied: str | None = None) -> Any: ...
+
+    def id(self, forge: str, what: str, body: Any) -> int: ...
 
 
 # A repository path as forges spell it; Azure DevOps project names may hold spaces (kept as %20).
@@ -110,7 +137,7 @@ class RouterForge(Protocol):
         """The item the delivery is about, as ``delivery_target`` spells it, or None."""
         ...
 
-    async def authorize(self, question: Question, authority: Authority) -> bool:
+    async def authorize(self, question: Question, authority: AuthorityCalls) -> bool:
         """Answer this forge's question through ``authority``'s HTTP helpers; ``CannotAnswer`` when the
         forge cannot say."""
         ...
@@ -123,7 +150,7 @@ class RouterForge(Protocol):
         """The harness's identity as the operator set it (no lookup), or None."""
         ...
 
-    async def resolve_self(self, calls: IdentityCalls) -> object:
+    async def resolve_self(self, calls: IdentityAsk) -> object:
         """Ask the forge who the harness is; ``IdentityTransient`` or ``ConfigError`` when it cannot."""
         ...
 
@@ -134,5 +161,10 @@ class RouterForge(Protocol):
 
 def token_sources(config: ForgeConfig, http: aiohttp.ClientSession) -> TokenSources:
     """Every forge's token source, built once at start and shared by identity and authority."""
-    found = ((f.name, f.router().token_source(config, http)) for f in FORGES)
+    found = ((f.name, route_of(f).token_source(config, http)) for f in FORGES)
     return {name: source for name, source in found if source is not None}
+
+
+def route_of(forge: Forge) -> RouterForge:
+    """The forge's ``route`` part, typed."""
+    return cast(RouterForge, forge.part("route", "ROUTE"))

@@ -25,7 +25,7 @@ from pidispatch.common.dedup import DAY_MS, digest
 from pidispatch.common.keys import DECISION_KEEP_DAYS, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms as wall_ms
-from pidispatch.router import decisionlog
+from pidispatch.triggers import decisionlog
 from pidispatch.triggers.decision import Subject
 from pidispatch.triggers.jobs import JobIdError, job_id
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import msgspec
 
-from pidispatch.common.models import Job, Target, Trigger, item_sep
-from pidispatch.forges import FORGES
+from pidispatch.common.models import Job, Target, Trigger
+from pidispatch.forges import FORGES, item_sep
 from pidispatch.triggers.rules import RunSpec
 
 JOB_ID_PREFIX = {f.name: f.job_id_prefix for f in FORGES}

@@ -21,6 +21,7 @@ from pidispatch.common.filewatch import read_regular
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import LOCAL_KIND
 from pidispatch.forges import FORGES
+from pidispatch.forges.route import route_of
 from pidispatch.triggers.match.predicate import Predicate
 from pidispatch.triggers.refusal import (
     ID_RE,
@@ -287,7 +288,7 @@ def _pull_request(e: TriggerEntry) -> tuple[str, Rule]:
     if is_close and actions != {close}:
         e.fail("on.action", f"mixes {close!r} with other actions; accepted: a close-only list")
     review_states = _review_states(e, actions)
-    refused = forges.by_name(e.kind).router().pr_selectors_refused
+    refused = route_of(forges.by_name(e.kind)).pr_selectors_refused
     if refused is not None:
         _refuse_selectors(e, refused)
     if is_close:
@@ -320,8 +321,8 @@ def _actions(e: TriggerEntry, vocabulary: frozenset[str]) -> frozenset[str]:
 def _review_states(e: TriggerEntry, actions: frozenset[str]) -> frozenset[str] | None:
     if "reviewState" not in e.on:
         return None
-    if not forges.by_name(e.kind).router().review_states:
-        accepted = " or ".join(f.name for f in FORGES if f.router().review_states)
+    if not route_of(forges.by_name(e.kind)).review_states:
+        accepted = " or ".join(f.name for f in FORGES if route_of(f).review_states)
         e.fail("on.reviewState", f"is refused for run.kind {e.kind}; accepted: only on {accepted} rules")
     if REVIEW_ACTION not in actions:
         e.fail("on.reviewState", f"requires on.action to include {REVIEW_ACTION!r} (otherwise it narrows "
@@ -370,7 +371,7 @@ def _one_shot(e: TriggerEntry, *, capable: bool) -> tuple[int | None, bool]:
     if "number" in e.on:
         number = integer(e.on["number"])
         if number is None or number < 1:
-            notes = "".join(f"; {note}" for f in FORGES if (note := f.router().item_number_note))
+            notes = "".join(f"; {note}" for f in FORGES if (note := route_of(f).item_number_note))
             e.fail("on.number", f"must be an integer >= 1 (the forge's item number{notes})")
     once = e.on.get("once", False)
     if not isinstance(once, bool):

@@ -17,6 +17,7 @@ from pidispatch.common.configsyntax import image_ref_ok
 from pidispatch.common.envnames import RESERVED_SECRET_NAMES
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND
 from pidispatch.forges import FORGES
+from pidispatch.forges.route import route_of
 from pidispatch.triggers.modelref import model_fields
 from pidispatch.triggers.refusal import (
     ID_RE,
@@ -95,7 +96,7 @@ def cron_run_keys() -> tuple[str, ...]:
     """A cron entry's run keys: its own, the shared ones but repository, and each forge's own (a function:
     the forge routes import this module, so they cannot be asked while it loads)."""
     shared = (k for k in RUN_KEYS[1:] if k not in ("repository", "waitFor"))
-    forge_keys = (k for f in FORGES for k in f.router().cron_keys)
+    forge_keys = (k for f in FORGES for k in route_of(f).cron_keys)
     return ("kind", "folder", "task", "portfolio", *shared, *forge_keys)
 
 
@@ -192,7 +193,7 @@ def _resume(e: TriggerEntry) -> bool | None:
 
 def _repository(e: TriggerEntry) -> str | None:
     """Only where the forge's item names no repository (``RouterForge.repository_on``), and there always."""
-    needed = e.on_type in forges.by_name(e.kind).router().repository_on
+    needed = e.on_type in route_of(forges.by_name(e.kind)).repository_on
     if "repository" not in e.run:
         if needed:
             e.fail("run.repository", f"is required on an {e.kind} {e.on_type} trigger (a work item names no "
@@ -200,7 +201,7 @@ def _repository(e: TriggerEntry) -> str | None:
         return None
     if not needed:
         where = " or ".join(f"{f.name} {' and '.join(types)}" for f in FORGES
-                            if (types := f.router().repository_on))
+                            if (types := route_of(f).repository_on))
         e.fail("run.repository", f"is refused here; accepted: only on {where} triggers")
     value = e.run["repository"]
     if not unpadded(value) or "/" in value:
@@ -315,7 +316,7 @@ def cron_run(e: TriggerEntry) -> dict[str, Any]:
     if command is None and not nonblank(run.get("task")):
         e.fail("run.task", "must be a non-empty string beside run.flow")
     # Fields only a forge defines (its credentials for the local job, say), checked before the rest.
-    forge_fields = {k: v for f in FORGES for k, v in f.router().cron_fields(e).items()}
+    forge_fields = {k: v for f in FORGES for k, v in route_of(f).cron_fields(e).items()}
     fields = _shared_fields(e)
     portfolio = strict_bool(e, "portfolio")
     if portfolio and command is not None:
@@ -329,7 +330,7 @@ def cron_run(e: TriggerEntry) -> dict[str, Any]:
 def refused_cron_true() -> dict[str, str]:
     """Cron run switches the local job does not act on yet: true is refused (false or absent loads). A
     function: the forges' router halves import this module."""
-    forge_keys = {k: "no local job is given forge credentials" for f in FORGES for k in f.router().cron_keys}
+    forge_keys = {k: "no local job is given forge credentials" for f in FORGES for k in route_of(f).cron_keys}
     return {**forge_keys, "portfolio": "no worker writes a budget plan for a scheduled job"}
 
 

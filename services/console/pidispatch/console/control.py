@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
-import os
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AuthenticationError, RedisError
 from redis.typing import EncodableT
 
+from pidispatch.common.connect import connected, redis_settings
 from pidispatch.common.delayed import find_delayed, remove_delayed
-from pidispatch.common.envnames import REDIS_PASSWORD_VARS
-from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import (
     CANCEL_POLL_S,
     CANCEL_REQUEST_TTL_MS,
@@ -36,11 +31,10 @@ from pidispatch.common.keys import (
     WORKER_GROUP,
     Keys,
 )
-from pidispatch.common.redis import Redis, auth_refused, create_redis
+from pidispatch.common.redis import Redis
 from pidispatch.common.registry import IMAGE_MISSING, JOB_IMAGE_FIELD, host_streams
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
-from pidispatch.common.settings import Settings, load_settings
 from pidispatch.worker.waits.state import held_jobs, read_hold, release_hold
 
 JOB_ID_MAX = 200
@@ -49,7 +43,6 @@ ENDED_STATES = frozenset({"completed", "policy", "failed", "cancelled"})
 CANCEL_REASON = "operator-cancel"
 # Entries a stream script reads per XRANGE/XPENDING call; the scan stays inside Redis either way.
 SCAN_PAGE = 500
-_SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "PD_KEY_PREFIX")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c = sub.add_parser(
@@ -76,25 +69,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def valid_job_id(job_id: str) -> bool:
     """A job id is a Redis key suffix: 1-200 printable characters without whitespace."""
     return 0 < len(job_id) <= JOB_ID_MAX and job_id.isprintable() and not any(c.isspace() for c in job_id)
-
-
-def redis_settings() -> Settings:
-    """Settings from the Redis address, its password and PD_KEY_PREFIX only: a bad unrelated variable must
-    not stop an operator from cancelling or looking."""
-    return load_settings({k: os.environ[k] for k in _SETTINGS_VARS if k in os.environ})
-
-
-@contextlib.asynccontextmanager
-async def connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
-    redis = create_redis(settings.redis_url, settings.redis_password)
-    try:
-        yield redis
-    except AuthenticationError:
-        raise auth_refused(settings.redis_url) from None
-    except (RedisError, OSError) as exc:
-        raise InfraError(f"Redis at REDIS_URL did not answer ({type(exc).__name__}); {on_failure}") from None
-    finally:
-        await redis.aclose()
 
 
 def _s(value: bytes | str | None) -> str | None:

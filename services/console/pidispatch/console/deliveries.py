@@ -24,9 +24,10 @@ from pidispatch.common.redis import (
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.console import events
+from pidispatch.forges import pipeline
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.identity import explicit_self_ids
-from pidispatch.triggers import decisions, pipeline
+from pidispatch.triggers import decisions
 from pidispatch.triggers.explain import stored_line
 from pidispatch.triggers.loader import load_triggers
 from pidispatch.triggers.subsets import MalformedPayload

@@ -25,6 +25,8 @@ from pidispatch.common.table import aligned
 from pidispatch.console import diagnosis as dx
 from pidispatch.console.diagnosis import Check
 from pidispatch.forges.config import ForgeConfig, load_forge_config_by_forge
+from pidispatch.forges.receive import receive_of
+from pidispatch.forges.route import route_of
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 5.0
@@ -293,7 +295,7 @@ def _uncredentialed(config: ForgeConfig, rules: Any) -> dict[str, str]:
     """Forges whose rules need a lookup but which have no credentials: the router refuses to start."""
     found: dict[str, str] = {}
     for forge in forges.FORGES:
-        if rules is not None and forge.router().needs_lookup(rules.group(forge.name)):
+        if rules is not None and route_of(forge).needs_lookup(rules.group(forge.name)):
             try:
                 config.require(forge.name)
             except ConfigError as exc:
@@ -335,7 +337,7 @@ async def _probe(forge: forges.Forge, calls: Any, timeout_s: float) -> dx.ForgeP
     from pidispatch.forges.identity import IdentityTransient
 
     try:
-        await within(forge.router().resolve_self(calls), timeout_s)
+        await within(route_of(forge).resolve_self(calls), timeout_s)
     except TimeoutError:
         return dx.ForgeProbe(error=late(timeout_s))
     except IdentityTransient as exc:
@@ -355,7 +357,7 @@ def _webhooks(rules: Any, settings: Settings, env: Mapping[str, str], refused: b
     for forge in forges.FORGES:
         if not rules.group(forge.name).has_rules():
             continue
-        receive = forge.receiver()
+        receive = receive_of(forge)
         try:
             served = receive.load(settings, env)
         except ConfigError as exc:

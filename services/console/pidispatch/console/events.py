@@ -15,9 +15,8 @@ from pidispatch.common.keys import ROUTER_GROUP, Keys
 from pidispatch.common.models import REPLAYED_AT, Event, is_replay, received_at, text
 from pidispatch.common.redis import Redis
 from pidispatch.common.streams import entries_of, last_delivered, pending, wire, xrange, xrevrange
-from pidispatch.router import decisionlog
-from pidispatch.router.decisionlog import Logged
-from pidispatch.triggers import decisions
+from pidispatch.triggers import decisionlog, decisions
+from pidispatch.triggers.decisionlog import Logged
 
 FORGES = forges.names()
 # The reason ``pi-dispatch cancel`` writes on a job (pidispatch.console.control.CANCEL_REASON).

@@ -27,7 +27,8 @@ from pidispatch.common.registry import HostRow, host_streams, read_live_hosts
 from pidispatch.console import events
 from pidispatch.console.control import valid_job_id
 from pidispatch.console.runs import degraded_note
-from pidispatch.triggers import decisions, pipeline
+from pidispatch.forges import pipeline
+from pidispatch.triggers import decisions
 from pidispatch.triggers.decisions import Decided
 from pidispatch.triggers.explain import Explanation
 from pidispatch.triggers.loader import load_triggers

@@ -71,8 +71,8 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 async def waits_command(args: argparse.Namespace) -> int:
     """Reads Redis only (down: exit 1 naming REDIS_URL, like ``status``)."""
+    from pidispatch.common.connect import connected, redis_settings
     from pidispatch.common.keys import Keys
-    from pidispatch.console.control import connected, redis_settings
     from pidispatch.worker.waits.state import held_jobs
 
     settings = redis_settings()

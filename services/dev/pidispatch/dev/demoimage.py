@@ -24,10 +24,8 @@ from aiodocker.exceptions import DockerError
 
 from pidispatch.common.errors import InfraError
 from pidispatch.worker.engine import dockerapi
+from pidispatch.worker.engine.preflight import CAPABILITIES_LABEL
 
-FORGES_LABEL = "dev.pi-dispatch.forges"
-CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
-PI_VERSION_LABEL = "dev.pi-dispatch.pi-version"
 BUSYBOX_APPLETS = ("sh", "cat", "echo", "ls", "id", "sleep", "grep", "sed", "printf", "mkdir", "date")
 FALLBACK_TOOLS = ("sh", "cat", "sleep", "ls", "id")
 IMPORT_TIMEOUT = aiohttp.ClientTimeout(total=300, connect=5, sock_connect=5)

@@ -29,9 +29,10 @@ from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.forges import verify
-from pidispatch.forges.arms import FORGES, Arm, configure_arms, forge_for_path, normalise_path
+from pidispatch.forges.armconfig import ReceiverConfig
+from pidispatch.forges.arms import FORGES, Arm, forge_for_path, normalise_path
+from pidispatch.forges.receive import configure_arms, load_receiver_config
 from pidispatch.forges.refusals import METHOD_NOT_ALLOWED, ReceiverRefusal, not_configured
-from pidispatch.receiver.config import ReceiverConfig, load_receiver_config
 from pidispatch.receiver.connections import Connections
 from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest

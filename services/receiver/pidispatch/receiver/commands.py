@@ -13,7 +13,8 @@ async def run_receiver(args: argparse.Namespace) -> int:
     """Startup order of every service: logging, settings and the arms (exit 2 when bad), then resources."""
     settings = load_settings()
     configure_logging("receiver", settings.log_level)
-    from pidispatch.receiver.config import load_receiver_config, load_spool_config
+    from pidispatch.forges.receive import load_receiver_config
+    from pidispatch.receiver.config import load_spool_config
     from pidispatch.receiver.service import serve  # aiohttp loads only when the verb runs
 
     config = load_receiver_config(settings, os.environ)
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from pidispatch.receiver.config import arm_hints
+    from pidispatch.forges.receive import arm_hints
 
     parser = sub.add_parser(
         "receiver",

@@ -14,8 +14,9 @@ from pidispatch.common.log import get_logger
 from pidispatch.common.redis import check_redis_auth, create_redis
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings
+from pidispatch.forges.armconfig import ReceiverConfig
 from pidispatch.receiver.app import RECEIVER, create_app
-from pidispatch.receiver.config import ReceiverConfig, SpoolConfig
+from pidispatch.receiver.config import SpoolConfig
 from pidispatch.receiver.connections import LISTEN_BACKLOG, AcceptErrors, Connections, descriptor_budget
 from pidispatch.receiver.spool import Spool
 

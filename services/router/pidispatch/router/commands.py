@@ -24,7 +24,7 @@ from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.forges.http import create_http
 from pidispatch.forges.identity import resolve_self_ids
-from pidispatch.forges.route import token_sources
+from pidispatch.forges.route import route_of, token_sources
 from pidispatch.router.consumer import consumer_name
 from pidispatch.router.metrics import RouterMetrics
 from pidispatch.router.reroute import run_rerouter
@@ -40,7 +40,7 @@ def require_credentials(rules: Rules, config: ForgeConfig) -> None:
     without them (exit 2) rather than park every such event as ``lookup-failed``."""
     # Forges that ask about every delivery first: the order these refusals have always come in.
     for forge in sorted(FORGES, key=lambda f: not f.lookup_always):
-        if forge.router().needs_lookup(rules.group(forge.name)):
+        if route_of(forge).needs_lookup(rules.group(forge.name)):
             config.require(forge.name)
 
 

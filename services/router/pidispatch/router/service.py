@@ -42,12 +42,12 @@ from pidispatch.common.streams import (
     read_group,
     send_to_dead,
 )
-from pidispatch.router import decisionlog
+from pidispatch.forges import pipeline
 from pidispatch.router.consumer import consumer_name
 from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
 from pidispatch.router.trim import run_trimmer
-from pidispatch.triggers import decisions, jobs, pipeline
+from pidispatch.triggers import decisionlog, decisions, jobs
 from pidispatch.triggers.decision import Ask, Drop, Fire, Subject
 from pidispatch.triggers.decisions import RouteOutcome
 from pidispatch.triggers.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict

@@ -6,7 +6,9 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
+from pidispatch.common.runtime import now_ms
 from pidispatch.worker import local
+from pidispatch.worker.cron.manual import run_trigger
 
 if TYPE_CHECKING:
     import aiodocker
@@ -22,7 +24,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "PI_JOB_IMAGE, writing a run record to PI_LOGS_DIR (the service; docs/worker.md).",
     )
     p.set_defaults(func=worker_command, service=True)
-    local.register(sub)
+    local.register(sub).set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> object:
+    """``pi-dispatch run``: a cron trigger now (``--trigger``), else a job on a local folder."""
+    if args.trigger is not None:
+        return run_trigger(args, now_ms)
+    return local.run_main(args, now_ms)
 
 
 def create_docker() -> aiodocker.Docker:

@@ -19,11 +19,12 @@ from redis.exceptions import RedisError
 from pidispatch.common.faults import crash_point
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, job_from_fields
-from pidispatch.common.outcome import AttemptOutcome, JobConfigRefused, JobRefusal
+from pidispatch.common.outcome import JobConfigRefused, JobRefusal
 from pidispatch.forges import FORGES
 from pidispatch.forges.api import Tip, forge_api
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import previous_run_at
+from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.engine.container import SpecRefused, build_spec, container_name, resolve_image
 from pidispatch.worker.engine.environment import container_env
 from pidispatch.worker.engine.exitline import parse_exit_line

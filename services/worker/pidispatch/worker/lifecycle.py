@@ -20,11 +20,12 @@ from pidispatch.common.faults import crash_point
 from pidispatch.common.keys import JOB_STATE_TTL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job, decode_fields, job_from_fields, job_to_fields
-from pidispatch.common.outcome import AttemptOutcome, InfraFault
+from pidispatch.common.outcome import InfraFault
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead, wire
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import count_stall
+from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.engine.runner import (
     ContainerGone,
     DockerUnavailable,

@@ -166,7 +166,8 @@ _FAULT_TEXT = {
 }
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """The ``run`` verb's arguments; the caller sets what it runs."""
     p = sub.add_parser(
         "run", help="queue a job on a local git folder (the folder is the job's /workspace)",
         description="Queue a job that edits a local git folder in place (mounted as the job's /workspace) "
@@ -182,7 +183,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--image", help="job image (default PI_JOB_IMAGE)")
     p.add_argument("--force", action="store_true", help="queue even when the folder has uncommitted changes")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_command)
+    return p
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -265,18 +266,8 @@ def _fail(problem: str) -> int:
     return 1
 
 
-def run_command(args: argparse.Namespace) -> object:
-    from pidispatch.common.runtime import now_ms
-
-    return run_main(args, now_ms)
-
-
 async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     """Every argument and folder check first, then settings, then Redis: a refused run touches nothing."""
-    if args.trigger is not None:
-        from pidispatch.console.scheduleview import run_trigger
-
-        return await run_trigger(args, clock)
     if args.folder is None:
         return _fail("a folder is required: the top folder of a git repository (or --trigger <id>)")
     problem = argument_problem(args)

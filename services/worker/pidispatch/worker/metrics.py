@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sized
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from pidispatch.common.outcome import AttemptOutcome
+from pidispatch.worker.engine.attempt import AttemptOutcome
 
 # Create + start through the Engine API: tens of milliseconds, seconds on a loaded daemon or vfs.
 START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -14,8 +14,8 @@ from pidispatch.common.health import Backoff
 from pidispatch.common.keys import DEFER_MS, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
-from pidispatch.common.outcome import AttemptOutcome
 from pidispatch.worker.context import Held, WorkerContext
+from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.limits.pausewindows import pause_until
 from pidispatch.worker.waits.gate import Defer, Refuse
 

@@ -11,9 +11,10 @@ import base64
 
 import yarl
 
-from pidispatch.forges.authority import Authority, CannotAnswer, seg
+from pidispatch.forges.authority import CannotAnswer, seg
 from pidispatch.forges.azure import FORGE
 from pidispatch.forges.http import Reply
+from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
 
 API_VERSION = "7.1-preview.1"
@@ -38,7 +39,7 @@ def pat_headers(token: str) -> dict[str, str]:
 class _AzureGraph:
     """The Graph calls of one question, sharing its headers and base URL."""
 
-    def __init__(self, authority: Authority, graph_url: str, headers: dict[str, str]) -> None:
+    def __init__(self, authority: AuthorityCalls, graph_url: str, headers: dict[str, str]) -> None:
         self.authority, self.graph, self.headers = authority, f"{graph_url}/_apis/graph", headers
 
     async def get(self, path: str, query: dict[str, str] | None = None) -> Reply:
@@ -85,7 +86,7 @@ class _AzureGraph:
         raise CannotAnswer("page-cap")
 
 
-async def is_member(q: AzureMembership, authority: Authority) -> bool:
+async def is_member(q: AzureMembership, authority: AuthorityCalls) -> bool:
     if not isinstance(q.project_id, str) or not q.project_id:
         return False
     cfg = authority.config.azure

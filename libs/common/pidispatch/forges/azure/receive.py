@@ -12,9 +12,10 @@ from multidict import istr
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.armconfig import ArmConfig, first_present, required, with_previous
 from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.azure import FORGE
-from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.receive import ReceiverForge
 from pidispatch.forges.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, json_refusal
 from pidispatch.forges.verify import (
     NO_MATCH,
@@ -25,7 +26,6 @@ from pidispatch.forges.verify import (
     too_large,
     valid_delivery_id,
 )
-from pidispatch.receiver.config import first_present, required, with_previous
 
 AZURE_EVENT_TYPES = frozenset(
     {

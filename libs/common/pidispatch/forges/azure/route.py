@@ -9,14 +9,12 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
-from pidispatch.forges.authority import Authority
 from pidispatch.forges.azure import FORGE, identity
 from pidispatch.forges.azure import match as azure_match
 from pidispatch.forges.azure import payload as azure_payload
 from pidispatch.forges.azure.authority import AzureMembership, is_member
 from pidispatch.forges.config import ForgeConfig
-from pidispatch.forges.identity import IdentityCalls
-from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
 from pidispatch.triggers.lookup import Question, SelfIds
@@ -65,7 +63,7 @@ class AzureRoute(RouteDefaults):
             return delivery_target(self.name, repo, True, subset.number)
         return delivery_target(self.name, subset.project_name, False, subset.number)
 
-    async def authorize(self, question: Question, authority: Authority) -> bool:
+    async def authorize(self, question: Question, authority: AuthorityCalls) -> bool:
         assert isinstance(question, AzureMembership)
         return await is_member(question, authority)
 
@@ -76,7 +74,7 @@ class AzureRoute(RouteDefaults):
         az = config.azure
         return (az.self_id, az.self_email) if az.self_id or az.self_email else None
 
-    async def resolve_self(self, calls: IdentityCalls) -> tuple[str | None, str | None]:
+    async def resolve_self(self, calls: IdentityAsk) -> tuple[str | None, str | None]:
         return await identity.resolve(calls)
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import yarl
 
-from pidispatch.forges.authority import Authority, CannotAnswer, bad_segment, seg, split_repo
+from pidispatch.forges.authority import CannotAnswer, bad_segment, seg, split_repo
 from pidispatch.forges.forgejo import FORGE
+from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
 
 
@@ -18,7 +19,7 @@ class ForgejoPermission(Question, frozen=True, kw_only=True):
     login: str
 
 
-async def may_write(q: ForgejoPermission, authority: Authority) -> bool:
+async def may_write(q: ForgejoPermission, authority: AuthorityCalls) -> bool:
     repo = split_repo(q.repo)
     if repo is None or bad_segment(q.login):
         return False

@@ -6,14 +6,14 @@ A 401/403 names ``FORGEJO_BOT_ID``: a repository-scoped token cannot read its ow
 from __future__ import annotations
 
 from pidispatch.forges.forgejo import FORGE
-from pidispatch.forges.identity import IdentityCalls
+from pidispatch.forges.route import IdentityAsk
 
 NAME = FORGE.name
 DENIED = ("a repository-scoped token cannot read its own user: set FORGEJO_BOT_ID to the harness account's "
           "numeric id, or give the token read:user")
 
 
-async def resolve(calls: IdentityCalls) -> int:
+async def resolve(calls: IdentityAsk) -> int:
     cfg = calls.config.forgejo
     assert cfg.token is not None
     body = await calls.json(NAME, "GET /api/v1/user", f"{cfg.url}/api/v1/user",

@@ -9,9 +9,10 @@ from multidict import istr
 
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.armconfig import ArmConfig, first_present, required, with_previous
 from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.forgejo import FORGE
-from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.receive import ReceiverForge
 from pidispatch.forges.refusals import DEFAULT_TABLE, ReceiverRefusal
 from pidispatch.forges.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 from pidispatch.forges.webhook import (
@@ -23,7 +24,6 @@ from pidispatch.forges.webhook import (
     github_preamble,
     hmac_verdict,
 )
-from pidispatch.receiver.config import first_present, required, with_previous
 
 # Forgejo/Gitea name the event header after the hook's family ("issues" for a label change); reviews get
 # their own names, and versions that fall back to the hook type send that (issue_label, ...).

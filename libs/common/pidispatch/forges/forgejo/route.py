@@ -9,14 +9,12 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
-from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.forgejo import FORGE, identity
 from pidispatch.forges.forgejo import match as forgejo_match
 from pidispatch.forges.forgejo import payload as forgejo_payload
 from pidispatch.forges.forgejo.authority import ForgejoPermission, may_write
-from pidispatch.forges.identity import IdentityCalls
-from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
 from pidispatch.triggers.lookup import Question, SelfIds
@@ -50,7 +48,7 @@ class ForgejoRoute(RouteDefaults):
         pull = subset.pull_request is not None or subset.is_pull
         return delivery_target(self.name, subset.repository, pull, item.number if item else None)
 
-    async def authorize(self, question: Question, authority: Authority) -> bool:
+    async def authorize(self, question: Question, authority: AuthorityCalls) -> bool:
         assert isinstance(question, ForgejoPermission)
         return await may_write(question, authority)
 
@@ -60,7 +58,7 @@ class ForgejoRoute(RouteDefaults):
     def explicit_self(self, config: ForgeConfig) -> int | None:
         return config.forgejo.bot_id
 
-    async def resolve_self(self, calls: IdentityCalls) -> int:
+    async def resolve_self(self, calls: IdentityAsk) -> int:
         return await identity.resolve(calls)
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import yarl
 
-from pidispatch.forges.authority import Authority, CannotAnswer, bad_segment, seg, split_repo
+from pidispatch.forges.authority import CannotAnswer, bad_segment, seg, split_repo
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, api_headers
+from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
 
 
@@ -22,7 +23,7 @@ class GithubCloser(Question, frozen=True, kw_only=True):
     login: str
 
 
-async def may_close(q: GithubCloser, authority: Authority) -> bool:
+async def may_close(q: GithubCloser, authority: AuthorityCalls) -> bool:
     repo = split_repo(q.repo)
     if repo is None or bad_segment(q.login):
         return False  # the payload named nothing we could ask about: determinate, no call

@@ -15,7 +15,8 @@ import yarl
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, GithubAuthUnavailable, api_headers
-from pidispatch.forges.identity import IdentityCalls, IdentityTransient
+from pidispatch.forges.identity import IdentityTransient
+from pidispatch.forges.route import IdentityAsk
 
 NAME = FORGE.name
 
@@ -27,7 +28,7 @@ async def _token(auth: GithubAuth, **kwargs: Any) -> str:
         raise IdentityTransient(f"token-{exc.reason}") from None
 
 
-async def resolve(calls: IdentityCalls) -> int:
+async def resolve(calls: IdentityAsk) -> int:
     cfg = calls.config.github
     auth = calls.sources.get(NAME)
     if not isinstance(auth, GithubAuth):

@@ -9,9 +9,10 @@ import msgspec
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.armconfig import ArmConfig, read_var, with_previous
 from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.github import FORGE
-from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.receive import ReceiverForge
 from pidispatch.forges.refusals import DEFAULT_TABLE, ReceiverRefusal
 from pidispatch.forges.verify import GITHUB_SIGNATURE_PREFIX, hmac_hex_match
 from pidispatch.forges.webhook import (
@@ -23,7 +24,6 @@ from pidispatch.forges.webhook import (
     github_preamble,
     hmac_verdict,
 )
-from pidispatch.receiver.config import read_var, with_previous
 
 # What GitHub stores; every other event answers 204 unstored (the router could never act on it).
 GITHUB_EVENTS = frozenset({"issues", "issue_comment", "pull_request", "pull_request_review"})

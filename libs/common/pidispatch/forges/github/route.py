@@ -9,15 +9,13 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
-from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.github import FORGE, identity
 from pidispatch.forges.github import match as github_match
 from pidispatch.forges.github import payload as github_payload
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.github.authority import GithubCloser, may_close
-from pidispatch.forges.identity import IdentityCalls
-from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
 from pidispatch.triggers.lookup import Question, SelfIds
@@ -62,7 +60,7 @@ class GitHubRoute(RouteDefaults):
         pull = subset.pull_request is not None or (subset.issue is not None and subset.issue.is_pull_request)
         return delivery_target(self.name, subset.repository, pull, item.number if item else None)
 
-    async def authorize(self, question: Question, authority: Authority) -> bool:
+    async def authorize(self, question: Question, authority: AuthorityCalls) -> bool:
         assert isinstance(question, GithubCloser)
         return await may_close(question, authority)
 
@@ -72,7 +70,7 @@ class GitHubRoute(RouteDefaults):
     def explicit_self(self, config: ForgeConfig) -> int | None:
         return config.github.self_id
 
-    async def resolve_self(self, calls: IdentityCalls) -> int:
+    async def resolve_self(self, calls: IdentityAsk) -> int:
         return await identity.resolve(calls)
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:

@@ -5,8 +5,9 @@ Asked for every delivery that would fire (a label proves nothing on GitLab), by 
 
 from __future__ import annotations
 
-from pidispatch.forges.authority import Authority, CannotAnswer, is_int
+from pidispatch.forges.authority import CannotAnswer, is_int
 from pidispatch.forges.gitlab import FORGE
+from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
 
 DEVELOPER = 30
@@ -18,7 +19,7 @@ class GitlabMember(Question, frozen=True, kw_only=True):
     user_id: int
 
 
-async def is_developer(q: GitlabMember, authority: Authority) -> bool:
+async def is_developer(q: GitlabMember, authority: AuthorityCalls) -> bool:
     if not is_int(q.project_id) or not is_int(q.user_id) or q.project_id < 1 or q.user_id < 1:
         return False
     cfg = authority.config.gitlab

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.forges.identity import IdentityCalls
+from pidispatch.forges.route import IdentityAsk
 
 NAME = FORGE.name
 
 
-async def resolve(calls: IdentityCalls) -> int:
+async def resolve(calls: IdentityAsk) -> int:
     cfg = calls.config.gitlab
     assert cfg.token is not None
     body = await calls.json(NAME, "GET /api/v4/user", f"{cfg.url}/api/v4/user",

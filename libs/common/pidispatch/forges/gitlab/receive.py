@@ -11,9 +11,10 @@ from multidict import istr
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import Settings
+from pidispatch.forges.armconfig import ArmConfig, first_present, required, with_previous
 from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.gitlab import FORGE
-from pidispatch.forges.receive import ArmConfig, ReceiverForge
+from pidispatch.forges.receive import ReceiverForge
 from pidispatch.forges.refusals import (
     DEFAULT_TABLE,
     INVALID_DELIVERY_ID,
@@ -33,7 +34,6 @@ from pidispatch.forges.verify import (
     too_large,
     valid_delivery_id,
 )
-from pidispatch.receiver.config import first_present, required, with_previous
 
 # GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present.
 GITLAB_OBJECT_KINDS = frozenset({"issue", "merge_request", "note"})

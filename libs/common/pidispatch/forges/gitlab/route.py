@@ -9,14 +9,12 @@ import aiohttp
 import msgspec
 
 from pidispatch.common.models import Event
-from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.gitlab import FORGE, identity
 from pidispatch.forges.gitlab import match as gitlab_match
 from pidispatch.forges.gitlab import payload as gitlab_payload
 from pidispatch.forges.gitlab.authority import GitlabMember, is_developer
-from pidispatch.forges.identity import IdentityCalls
-from pidispatch.forges.route import RouteDefaults, RouterForge, delivery_target
+from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
 from pidispatch.triggers.lookup import Question, SelfIds
@@ -50,7 +48,7 @@ class GitLabRoute(RouteDefaults):
         merge = subset.object_kind == "merge_request" or subset.noteable_type == "MergeRequest"
         return delivery_target(self.name, subset.project_path, merge, subset.target.iid)
 
-    async def authorize(self, question: Question, authority: Authority) -> bool:
+    async def authorize(self, question: Question, authority: AuthorityCalls) -> bool:
         assert isinstance(question, GitlabMember)
         return await is_developer(question, authority)
 
@@ -60,7 +58,7 @@ class GitLabRoute(RouteDefaults):
     def explicit_self(self, config: ForgeConfig) -> int | None:
         return config.gitlab.self_id
 
-    async def resolve_self(self, calls: IdentityCalls) -> int:
+    async def resolve_self(self, calls: IdentityAsk) -> int:
         return await identity.resolve(calls)
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 
 from pidispatch import forges
 from pidispatch.common.dollars import USD_ACCEPTED, lower_cap, usd_micros
-from pidispatch.common.envnames import ENV_NAME_RE, FORGE_TOKEN_VARS, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
+from pidispatch.common.envnames import ENV_NAME_RE, PROVIDER_KEY_VARS, RUNNER_INTERNAL_VARS
 from pidispatch.common.models import Job
 from pidispatch.common.outcome import JobConfigRefused
 from pidispatch.common.settings import Settings
 
 CONTAINER_HOME = "/home/pi"
+# Where a job's minted forge token goes: every one of its forge's variables, never another forge's.
+FORGE_TOKEN_VARS: dict[str, tuple[str, ...]] = {f.name: f.token_vars for f in forges.FORGES}
 COST_CAP_VAR = "PI_MAX_COST_MICROS"
 # The runner writes it into pi's models.json as the provider's base URL.
 BASE_URL_VAR = "PI_MODEL_BASE_URL"

@@ -18,9 +18,13 @@ from aiodocker.exceptions import DockerError
 from pidispatch.common.models import Job
 from pidispatch.common.outcome import InfraFault, JobRefusal
 from pidispatch.common.settings import Settings
-from pidispatch.dev.demoimage import CAPABILITIES_LABEL, FORGES_LABEL, PI_VERSION_LABEL
 from pidispatch.worker.engine.environment import effective_models
 from pidispatch.worker.engine.runner import DockerUnavailable, is_unreachable
+
+# The labels an image carries to say what it serves (the demo image and images/job set them).
+FORGES_LABEL = "dev.pi-dispatch.forges"
+CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
+PI_VERSION_LABEL = "dev.pi-dispatch.pi-version"
 
 # A daemon that takes longer than this to describe one image is treated as not answering.
 INSPECT_TIMEOUT_S = 30.0

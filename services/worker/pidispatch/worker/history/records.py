@@ -18,14 +18,24 @@ from pathlib import Path
 import msgspec
 
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Job, RunRecord, record_target, sanitize_job_id
+from pidispatch.common.models import Job, RunRecord, sanitize_job_id
 from pidispatch.common.runtime import EpochMsClock, iso_ms, stopped
 from pidispatch.common.settings import Settings
+from pidispatch.forges import item_sep
 from pidispatch.worker.engine.exitline import ExitInfo
 from pidispatch.worker.engine.jobname import job_file_name
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(RunRecord)
+
+
+def record_target(job: Job) -> str | None:
+    """``local:<basename>`` or ``<repo><sep><number>``; never a full path or any payload text."""
+    if job.is_local:
+        return job.repo if job.repo.startswith("local:") else f"local:{job.repo}"
+    if job.target is None:
+        return None
+    return f"{job.repo}{item_sep(job.kind, job.target.type == 'pull_request')}{job.target.number}"
 
 
 def record_path(logs_dir: str, job_id: str) -> Path:

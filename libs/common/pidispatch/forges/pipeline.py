@@ -19,7 +19,7 @@ import msgspec
 
 from pidispatch import forges
 from pidispatch.common.models import Event
-from pidispatch.forges.route import RouterForge
+from pidispatch.forges.route import RouterForge, route_of
 from pidispatch.triggers import jobs
 from pidispatch.triggers.decision import Ask, Drop, Fire, Subject
 from pidispatch.triggers.explain import NO_TRACE, Explanation, Trace, rule_listing, safe_word
@@ -37,7 +37,7 @@ class _Routes(Mapping[str, RouterForge]):
         forge = forges.find(name)
         if forge is None:
             raise KeyError(name)
-        return forge.router()
+        return route_of(forge)
 
     def __iter__(self) -> Iterator[str]:
         return iter(forges.names())

@@ -1,0 +1,36 @@
+"""How an operator's verb reaches Redis: settings from the Redis variables alone, and a connection whose
+failure is one line that says what was not done."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+from redis.exceptions import AuthenticationError, RedisError
+
+from pidispatch.common.envnames import REDIS_PASSWORD_VARS
+from pidispatch.common.errors import InfraError
+from pidispatch.common.redis import Redis, auth_refused, create_redis
+from pidispatch.common.settings import Settings, load_settings
+
+_SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "PD_KEY_PREFIX")
+
+
+def redis_settings() -> Settings:
+    """Settings from the Redis address, its password and PD_KEY_PREFIX only: a bad unrelated variable must
+    not stop an operator from cancelling or looking."""
+    return load_settings({k: os.environ[k] for k in _SETTINGS_VARS if k in os.environ})
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
+    redis = create_redis(settings.redis_url, settings.redis_password)
+    try:
+        yield redis
+    except AuthenticationError:
+        raise auth_refused(settings.redis_url) from None
+    except (RedisError, OSError) as exc:
+        raise InfraError(f"Redis at REDIS_URL did not answer ({type(exc).__name__}); {on_failure}") from None
+    finally:
+        await redis.aclose()
