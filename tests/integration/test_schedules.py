@@ -20,7 +20,8 @@ from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import iso_ms, now_ms
 from pidispatch.worker.cron.firings import count_stall, guard_state
-from pidispatch.worker.cron.schedules import Scheduler, start_schedules
+from pidispatch.worker.cron.schedules import Scheduler
+from pidispatch.worker.cron.serve import start_schedules
 from tests.support.polling import wait_for
 from tests.support.schedules import cli_json, cron_worker, occurrence, records
 from tests.support.worker import make_repo

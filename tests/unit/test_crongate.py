@@ -13,8 +13,8 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import HostRow
 from pidispatch.triggers.rules import CronRule
-from pidispatch.worker.cron.gate import Gate, conflicts, definitions, divergent_ids, fleet_fingerprint
-from pidispatch.worker.cron.schedules import Loaded, Scheduler
+from pidispatch.worker.cron.gate import Gate, conflicts, divergent_ids
+from pidispatch.worker.cron.schedules import Loaded, Scheduler, definitions, fleet_fingerprint
 
 NOW = 1_767_225_601_000  # 2026-01-01T00:00:01Z
 

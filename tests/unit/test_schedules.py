@@ -16,14 +16,15 @@ from pidispatch.common.registry import HostRow, parse_row
 from pidispatch.common.settings import load_settings
 from pidispatch.console.scheduleview import ROW_KEYS, render_table, schedule_rows
 from pidispatch.triggers.rules import CronRule
-from pidispatch.worker.cron.gate import definitions, fleet_fingerprint
 from pidispatch.worker.cron.manual import trigger_problem
 from pidispatch.worker.cron.schedules import (
     GRACE_MS,
     Loaded,
     Scheduler,
     cron_job,
+    definitions,
     due,
+    fleet_fingerprint,
     host_zone,
     served,
 )

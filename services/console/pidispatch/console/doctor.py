@@ -232,7 +232,7 @@ async def _dead(redis: Redis, keys: Keys) -> Check:
 
 
 async def _docker(settings: Settings, config: ForgeConfig, timeout_s: float, refused: bool) -> list[Check]:
-    from pidispatch.worker.commands import create_docker
+    from pidispatch.worker.engine.dockerapi import create_docker
     from pidispatch.worker.engine.preflight import inspect_image
 
     docker = create_docker()

@@ -12,12 +12,13 @@ from pathlib import Path
 from pidispatch.common import devstate
 from pidispatch.common.embedded import find_redis_cli
 from pidispatch.common.errors import InfraError
+from pidispatch.dev import forgestandin as standin
+from pidispatch.dev.forgestandin import DEMO_LABEL
 
 # The forge `dev` stands in for when none is configured (its ``standin``): the sample rule's jobs run
 # there and the printed delivery is its webhook.
 from pidispatch.forges.github import FORGE as DEMO_FORGE
 
-DEMO_LABEL = "pi:demo"
 DEFAULT_IMAGE = "pi-job:latest"
 
 
@@ -44,7 +45,6 @@ def _model_line(env: dict[str, str], standin: bool) -> str:
 def print_banner(
     env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path, *, model_standin: bool
 ) -> None:
-    from pidispatch.dev import forgestandin as standin
 
     url = webhook_url(port)
     delivery = str(uuid.uuid4())

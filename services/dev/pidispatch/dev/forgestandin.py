@@ -24,7 +24,9 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from pidispatch.dev.banner import DEMO_LABEL
+# The label the sample rule of `pi-dispatch dev` fires on; the stand-in's demo issue is made for it.
+DEMO_LABEL = "pi:demo"
+
 
 REPO = "demo/hello"
 BRANCH = "main"

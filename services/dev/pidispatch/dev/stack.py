@@ -29,7 +29,8 @@ from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.dev.banner import DEFAULT_IMAGE, DEMO_LABEL, print_banner, webhook_url
+from pidispatch.dev.banner import DEFAULT_IMAGE, print_banner, webhook_url
+from pidispatch.dev.forgestandin import DEMO_LABEL
 from pidispatch.forges.github import FORGE as DEMO_FORGE
 
 if TYPE_CHECKING:

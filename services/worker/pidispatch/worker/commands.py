@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from pidispatch.common.runtime import now_ms
 from pidispatch.worker import local
 from pidispatch.worker.cron.manual import run_trigger
+from pidispatch.worker.engine.dockerapi import create_docker
 
 if TYPE_CHECKING:
-    import aiodocker
+    pass
 
 
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,20 +32,6 @@ def run_command(args: argparse.Namespace) -> object:
     if args.trigger is not None:
         return run_trigger(args, now_ms)
     return local.run_main(args, now_ms)
-
-
-def create_docker() -> aiodocker.Docker:
-    """A client even when no daemon is there yet: the worker must start and wait for Docker."""
-    import aiodocker
-    import aiohttp
-
-    # Short calls (create, inspect, stop) fail fast on a hung daemon; long ones (wait, attach) set their own.
-    timeout = aiohttp.ClientTimeout(total=60, connect=5, sock_connect=5)
-    try:
-        return aiodocker.Docker(timeout=timeout)
-    except Exception:
-        # No socket found at construction; calls fail (and are retried) until a daemon appears.
-        return aiodocker.Docker(url=DEFAULT_SOCKET, timeout=timeout)
 
 
 async def worker_main() -> int:

@@ -91,7 +91,7 @@ async def own_stream_settings(settings: Settings) -> Settings:
     literally named ``pd:jobs:worker-{replica}`` that no worker drains."""
     if REPLICA not in settings.worker_name:
         return settings
-    from pidispatch.worker.commands import create_docker
+    from pidispatch.worker.engine.dockerapi import create_docker
 
     docker = create_docker()
     try:

@@ -34,7 +34,7 @@ from pidispatch.forges.api import start_forges
 from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
 from pidispatch.worker.context import Held, WorkerContext, set_state
-from pidispatch.worker.cron.schedules import start_schedules
+from pidispatch.worker.cron.serve import start_schedules
 from pidispatch.worker.engine.preflight import inspect_image
 from pidispatch.worker.engine.reaper import reap_strays
 from pidispatch.worker.engine.runner import DockerUnavailable

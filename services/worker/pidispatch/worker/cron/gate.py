@@ -11,38 +11,19 @@ wants, not what it serves, so hosts that take the same edit one after the other 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
-
-import msgspec
 
 from pidispatch.common.log import get_logger
 from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import stopped
+from pidispatch.worker.cron.schedules import Scheduler, definitions, fleet_fingerprint
 
 if TYPE_CHECKING:
-    from pidispatch.triggers.rules import CronRule
-    from pidispatch.worker.cron.schedules import Scheduler
+    pass
 
 
 # ---- pure decisions -------------------------------------------------------------------------------
-
-
-def definitions(rules: Iterable[CronRule], tz: str) -> dict[str, str]:
-    """Each schedule's definition in 12 hex: its pattern, its whole run and the zone it is read in."""
-    def digest(r: CronRule) -> str:
-        return hashlib.sha256(msgspec.json.encode([tz, r.id, r.pattern, r.run], order="sorted")).hexdigest()
-
-    return {r.id: digest(r)[:12] for r in rules}
-
-
-def fleet_fingerprint(defs: Mapping[str, str]) -> str:
-    """The whole wanted set in 16 hex (the host row's ``fpCron``); empty when the host wants none."""
-    if not defs:
-        return ""
-    material = "\n".join(sorted(f"{i}={d}" for i, d in defs.items()))
-    return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
 def conflicts(mine: Mapping[str, str], peers: Iterable[HostRow], me: str) -> list[HostRow]:

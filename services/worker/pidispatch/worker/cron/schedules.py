@@ -8,11 +8,14 @@ occurrence is queued once. A host that was down across an occurrence fires nothi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
 
 from pidispatch.common.cronpattern import next_occurrence, occurrence_id
 from pidispatch.common.errors import ConfigError
@@ -105,6 +108,23 @@ class Loaded:
     mine: tuple[CronRule, ...]
 
 
+def definitions(rules: Iterable[CronRule], tz: str) -> dict[str, str]:
+    """Each schedule's definition in 12 hex: its pattern, its whole run and the zone it is read in."""
+    def digest(r: CronRule) -> str:
+        return hashlib.sha256(msgspec.json.encode([tz, r.id, r.pattern, r.run], order="sorted")).hexdigest()
+
+    return {r.id: digest(r)[:12] for r in rules}
+
+
+def fleet_fingerprint(defs: Mapping[str, str]) -> str:
+    """The whole wanted set in 16 hex (the host row's ``fpCron``); empty when the host wants none."""
+    if not defs:
+        return ""
+    material = "\n".join(sorted(f"{i}={d}" for i, d in defs.items()))
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+
 @dataclass
 class Scheduler:
     """The schedules this worker serves and each one's next occurrence. ``swap`` takes a new file's set
@@ -156,8 +176,6 @@ class Scheduler:
         loader). ``fpCron``/``cronSigs``: what this host *wants* to serve, so two hosts that take the
         same edit each see the other's new definitions and install instead of waiting on each other.
         ``tz``: the IANA zone its patterns are read in."""
-        from pidispatch.worker.cron.gate import definitions, fleet_fingerprint
-
         ids = sorted(self.active)
         defs = definitions(self.wanted.mine if self.wanted else (), self.tz)
         return {"cron": ",".join(ids), "cronCount": str(len(ids)), "fpCron": fleet_fingerprint(defs),
@@ -210,40 +228,3 @@ class Scheduler:
             get_logger().warning("schedule_fire_failed", id=rule.id, jobId=job.id, error=type(exc).__name__)
             return
         get_logger().info("schedule_fired", id=rule.id, jobId=job_id, status=status, lateMs=now_ms - at_ms)
-
-
-async def start_schedules(
-    env: Mapping[str, str], redis: Redis, keys: Keys, stream: str, clock: EpochMsClock, stop: asyncio.Event,
-    *, host: str, recheck_s: float,
-) -> tuple[Scheduler, list[asyncio.Task[None]]] | None:
-    """Serve the cron triggers of ``PI_TRIGGERS_FILE`` (unset: none, returns None): the serving loop, the
-    fleet gate (re-checked every ``recheck_s``) and the file's watch. A bad file or ``TZ`` at start raises
-    ``ConfigError`` (exit 2); a missing file serves nothing until it appears; a bad edit keeps the running
-    set (``schedules_reload_invalid``)."""
-    from pidispatch.common.filewatch import signature, watch_file
-    from pidispatch.worker.cron.gate import Gate
-
-    path = (env.get("PI_TRIGGERS_FILE") or "").strip()
-    if not path:
-        return None
-    zone, tz = host_zone(env)
-    scheduler = Scheduler(redis=redis, keys=keys, stream=stream, clock=clock, zone=zone, tz=tz)
-    gate = Gate(scheduler, host, recheck_s)
-    # The router's file need not be on every worker host: absent, nothing is served until it appears.
-    # Its signature is taken before the load, so an edit racing the start is seen by the watch.
-    since = await asyncio.to_thread(signature, path)
-    if since is not None:
-        scheduler.swap(await asyncio.to_thread(load_schedules, path))
-        await gate.reconcile()
-    else:
-        get_logger().info("schedules_file_missing", file=os.path.basename(path), served=[])
-    get_logger().info("schedules_started", served=sorted(scheduler.active), tz=tz, at=clock())
-    tasks = [
-        asyncio.create_task(scheduler.run(stop)),
-        asyncio.create_task(gate.run(stop)),
-        asyncio.create_task(watch_file(
-            path, load_schedules, scheduler.swap, stop, what="schedules",
-            fields=lambda loaded: {"wanted": sorted(r.id for r in loaded.mine)}, since=(since,),
-        )),
-    ]
-    return scheduler, tasks

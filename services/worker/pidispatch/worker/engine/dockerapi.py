@@ -59,3 +59,17 @@ def import_image(
 def listed(container: DockerContainer) -> dict[str, Any]:
     """What the list call said about ``container`` (State, Labels, Mounts): no extra inspect round trip."""
     return container._container
+
+
+DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+
+
+def create_docker() -> aiodocker.Docker:
+    """A client even when no daemon is there yet: the worker must start and wait for Docker."""
+    # Short calls (create, inspect, stop) fail fast on a hung daemon; long ones (wait, attach) set their own.
+    timeout = aiohttp.ClientTimeout(total=60, connect=5, sock_connect=5)
+    try:
+        return aiodocker.Docker(timeout=timeout)
+    except Exception:
+        # No socket found at construction; calls fail (and are retried) until a daemon appears.
+        return aiodocker.Docker(url=DEFAULT_SOCKET, timeout=timeout)
