@@ -16,14 +16,16 @@ from aiohttp import web
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger
 from pidispatch.common.outcome import InfraFault, JobRefusal
 from pidispatch.common.settings import Settings, load_settings
-from pidispatch.dev.demoimage import (
+from pidispatch.dev.demoimage import TEST_AGENT_SCRIPT, build_image
+from pidispatch.worker.engine.preflight import (
     CAPABILITIES_LABEL,
     FORGES_LABEL,
     PI_VERSION_LABEL,
-    TEST_AGENT_SCRIPT,
-    build_image,
+    ImageFacts,
+    image_facts,
+    image_refusal,
+    inspect_image,
 )
-from pidispatch.worker.engine.preflight import ImageFacts, image_facts, image_refusal, inspect_image
 from pidispatch.worker.engine.runner import DockerUnavailable
 from tests.support.payloads import load_fixture
 

@@ -25,7 +25,7 @@ from pidispatch.triggers.lookup import Question, SelfIds
 
 # Generic router modules: importing them must load no forge's router parts (those load on first use).
 GENERIC = (
-    "triggers.pipeline", "forges.authority", "forges.identity", "triggers.loader", "triggers.runfields",
+    "forges.pipeline", "forges.authority", "forges.identity", "triggers.loader", "triggers.runfields",
     "triggers.jobs", "console.events", "triggers.explain", "router.commands", "triggers.rules",
     "triggers.lookup", "router.service",
 )
