@@ -1,5 +1,6 @@
-"""The compose deployment, built and run as an operator runs it: the service image from Debian packages,
-``docker-compose up`` with every service scaled, deliveries posted at the one published port.
+"""The compose deployment, run as an operator runs it: the service image (built from Debian packages by
+``pi-dispatch service-image build``, which ``.ci/run`` runs first), ``docker-compose up`` with every
+service scaled, deliveries posted at the one published port.
 
 Only the forge is played, by ``dev``'s stand-in GitHub on Docker's bridge address, where the containers
 reach the host. Jobs run in the test agent image (``pd-test sleep=<s>`` in the issue body sets how long).
@@ -16,7 +17,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -29,7 +29,9 @@ import pytest
 
 from pidispatch.common.embedded import free_port
 from pidispatch.dev.forgestandin import DemoForge, demo_delivery, start_demo_forge
+from pidispatch.dev.serviceimage import DEFAULT_TAG as SERVICE_IMAGE
 from pidispatch.dev.stack import SAMPLE_TRIGGERS
+from tests.support.images import require_built
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRE = os.environ.get("PD_REQUIRE_DEPLOY") == "1"
@@ -152,9 +154,8 @@ async def bridge_address() -> str:
 
 @pytest.fixture
 async def stack(tmp_path: Path, test_image: str) -> AsyncIterator[Stack]:
-    started = time.monotonic()
-    await run(sys.executable, "-m", "pidispatch.common.cli", "service-image", "build", timeout=1200)
-    print(f"deploy: service image ready in {time.monotonic() - started:.0f} s")
+    require_built(SERVICE_IMAGE, ".venv/bin/pi-dispatch service-image build", required=REQUIRE,
+                  flag="PD_REQUIRE_DEPLOY")
     project = f"pdcheck{os.getpid()}"
     data, config = tmp_path / "data", tmp_path / "config"
     data.mkdir()

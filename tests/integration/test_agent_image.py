@@ -3,8 +3,8 @@ GitHub: it edits the clone and the record carries its turns and tokens; a turn l
 as policy, not retried; the provider key and the forge token are only where they belong, and in none of the
 output, the record or the job folder.
 
-The image is built once per session (``pi-dispatch job-image build``, skipped by its build hash when
-nothing changed). When the build cannot run here the tests are skipped naming why, unless
+The image is built before the tests (``pi-dispatch job-image build``; ``.ci/run`` runs it, skipped by its
+build hash when nothing changed). Without it the tests are skipped naming that command, unless
 ``PD_REQUIRE_AGENT_IMAGE=1`` (CI), which makes that a failure.
 """
 
@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from pidispatch.dev.modelstandin import (
     bridge_gateway,
 )
 from tests.support.forges import PAT
+from tests.support.images import require_built
 from tests.support.polling import wait_for
 from tests.support.worker import enqueue, issue_job, record, running_worker
 
@@ -49,12 +48,8 @@ KEY = "gsk-standin-0123456789abcdef"
 def agent_image(docker_available: bool) -> str:
     if not docker_available:
         pytest.fail("no Docker daemon") if REQUIRE else pytest.skip("no Docker daemon reachable")
-    done = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", "job-image", "build", "--tag",
-                           AGENT_IMAGE], capture_output=True, text=True, timeout=1800, check=False)
-    if done.returncode != 0:
-        why = f"building {AGENT_IMAGE} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}"
-        pytest.fail(why) if REQUIRE else pytest.skip(why)
-    return AGENT_IMAGE
+    return require_built(AGENT_IMAGE, ".venv/bin/pi-dispatch job-image build", required=REQUIRE,
+                         flag="PD_REQUIRE_AGENT_IMAGE")
 
 
 @pytest.fixture

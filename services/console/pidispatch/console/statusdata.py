@@ -27,6 +27,8 @@ from pidispatch.common.registry import HostRow, host_streams, read_live_hosts
 from pidispatch.console import events
 from pidispatch.console.control import valid_job_id
 from pidispatch.console.runs import degraded_note
+from pidispatch.console.scheduleview import schedule_rows
+from pidispatch.console.waitview import wait_rows
 from pidispatch.forges import pipeline
 from pidispatch.triggers import decisions
 from pidispatch.triggers.decisions import Decided
@@ -34,8 +36,10 @@ from pidispatch.triggers.explain import Explanation
 from pidispatch.triggers.loader import load_triggers
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.subsets import MalformedPayload
+from pidispatch.worker.cron.firings import guard_state, last_firing
 from pidispatch.worker.history.mirror import DEGRADED_UNREACHABLE, merge_runs, mirror_window_ms, read_mirror
 from pidispatch.worker.history.records import list_runs, read_record, record_path
+from pidispatch.worker.waits.state import held_jobs
 
 # The newest this many bytes of a captured output are served; an agent's output can run to megabytes.
 OUTPUT_MAX_BYTES = 2 * 1024 * 1024
@@ -187,8 +191,6 @@ async def delivery_trace(redis: Redis, keys: Keys, forge: str, delivery: str, tr
 async def schedules(redis: Redis, keys: Keys, triggers_file: str, zone: ZoneInfo, tz: str,
                     now_ms: int) -> tuple[list[dict[str, Any]], str | None]:
     """``pi-dispatch schedules``' rows, and why there are none when the file cannot be read."""
-    from pidispatch.console.scheduleview import schedule_rows
-    from pidispatch.worker.cron.firings import guard_state, last_firing
 
     problem: str | None = None
     try:
@@ -202,7 +204,5 @@ async def schedules(redis: Redis, keys: Keys, triggers_file: str, zone: ZoneInfo
 
 
 async def waits(redis: Redis, keys: Keys) -> list[dict[str, Any]]:
-    from pidispatch.console.waitview import wait_rows
-    from pidispatch.worker.waits.state import held_jobs
 
     return wait_rows(await held_jobs(redis, keys))

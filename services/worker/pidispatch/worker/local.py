@@ -22,13 +22,17 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from pidispatch.common.configsyntax import image_ref_ok
-from pidispatch.common.keys import Keys
+from pidispatch.common.configsyntax import image_ref_ok, parse_job_user
+from pidispatch.common.dedup import remembered
+from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, REDIS_OP_TIMEOUT_S, Keys
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.outcome import InfraFault, JobRefusal
-from pidispatch.common.runtime import EpochMsClock
+from pidispatch.common.redis import auth_refused, bounded, create_redis
+from pidispatch.common.runtime import EpochMsClock, now_ms
+from pidispatch.common.scripts import ENQUEUE
 from pidispatch.common.secret import Secret
-from pidispatch.common.settings import PROVIDER_RE
+from pidispatch.common.settings import PROVIDER_RE, Settings, load_settings
 from pidispatch.worker.forgework.git import (
     GIT_TIMEOUT,
     GIT_TIMEOUT_S,
@@ -37,6 +41,7 @@ from pidispatch.worker.forgework.git import (
     git,
     neutral_filters,
 )
+from pidispatch.worker.replica import own_stream_settings
 
 if TYPE_CHECKING:
     from pidispatch.common.redis import Redis
@@ -151,9 +156,6 @@ _REFUSAL_TEXT = {
 
 def _job_user() -> str:
     """``uid:gid`` for a root-owned folder: PI_JOB_USER as the worker reads it, else its default."""
-    from pidispatch.common.configsyntax import parse_job_user
-    from pidispatch.common.errors import ConfigError
-    from pidispatch.common.settings import Settings
 
     try:
         return parse_job_user(os.environ.get("PI_JOB_USER", "").strip() or Settings().job_user)
@@ -282,8 +284,6 @@ async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     if isinstance(facts, str):
         return _fail(facts)
 
-    from pidispatch.common.settings import load_settings
-    from pidispatch.worker.replica import own_stream_settings
 
     settings = await own_stream_settings(load_settings())
     keys = Keys(settings.key_prefix)
@@ -316,9 +316,6 @@ async def enqueue_local(
     """
     from redis.exceptions import AuthenticationError, RedisError
 
-    from pidispatch.common.errors import InfraError
-    from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
-    from pidispatch.common.redis import auth_refused, bounded, create_redis
 
     redis = create_redis(url, password)
     try:
@@ -337,10 +334,6 @@ async def enqueue_local(
 async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple[str, str, str]:
     """The ENQUEUE call on an open client: (``queued``|``duplicate``, job id, state). Redis errors
     propagate. The job id is the dedup key, so every caller racing with the same id queues one job."""
-    from pidispatch.common.dedup import remembered
-    from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S
-    from pidispatch.common.runtime import now_ms
-    from pidispatch.common.scripts import ENQUEUE
 
     pairs = list(chain.from_iterable(job_to_fields(job).items()))
     known = remembered(keys.jobid, job.id, job.enqueued_at or now_ms())

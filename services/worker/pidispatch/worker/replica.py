@@ -19,6 +19,7 @@ from pidispatch.common.configsyntax import REPLICA, check_worker_name
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.log import get_logger
 from pidispatch.common.settings import Settings
+from pidispatch.worker.engine.dockerapi import create_docker
 
 if TYPE_CHECKING:
     import aiodocker
@@ -91,7 +92,6 @@ async def own_stream_settings(settings: Settings) -> Settings:
     literally named ``pd:jobs:worker-{replica}`` that no worker drains."""
     if REPLICA not in settings.worker_name:
         return settings
-    from pidispatch.worker.engine.dockerapi import create_docker
 
     docker = create_docker()
     try:

@@ -9,7 +9,16 @@ import os
 import sys
 
 from pidispatch.common.connect import connected
+from pidispatch.common.errors import ConfigError
+from pidispatch.common.keys import Keys
+from pidispatch.common.outcome import InfraFault
 from pidispatch.common.runtime import EpochMsClock
+from pidispatch.common.settings import load_settings
+from pidispatch.triggers.loader import load_triggers
+from pidispatch.worker.cron.firings import record_firing
+from pidispatch.worker.cron.schedules import cron_job
+from pidispatch.worker.local import check_folder, enqueue_once
+from pidispatch.worker.replica import own_stream_settings
 
 _RUN_OPTIONS = ("task", "flow", "provider", "model", "max_turns", "image")
 
@@ -32,15 +41,6 @@ def trigger_problem(args: argparse.Namespace) -> str | None:
 async def run_trigger(args: argparse.Namespace, clock: EpochMsClock) -> int:
     """Queue one run of the cron trigger ``args.trigger`` now, on this host's stream, as the schedule
     would (id ``repeat:<id>:<now ms>``); the folder checks of ``pi-dispatch run`` apply (``--force``)."""
-    from pidispatch.common.errors import ConfigError
-    from pidispatch.common.keys import Keys
-    from pidispatch.common.outcome import InfraFault
-    from pidispatch.common.settings import load_settings
-    from pidispatch.triggers.loader import load_triggers
-    from pidispatch.worker.cron.firings import record_firing
-    from pidispatch.worker.cron.schedules import cron_job
-    from pidispatch.worker.local import check_folder, enqueue_once
-    from pidispatch.worker.replica import own_stream_settings
 
     problem = trigger_problem(args)
     if problem is not None:

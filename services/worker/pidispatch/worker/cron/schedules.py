@@ -19,10 +19,15 @@ import msgspec
 
 from pidispatch.common.cronpattern import next_occurrence, occurrence_id
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import LOCAL_KIND, Job, Trigger
+from pidispatch.common.redis import bounded
 from pidispatch.common.runtime import EpochMsClock, stopped
+from pidispatch.triggers.loader import load_triggers
 from pidispatch.triggers.rules import CronRule
+from pidispatch.worker.cron.firings import record_firing, torn_down
+from pidispatch.worker.local import enqueue_once
 
 if TYPE_CHECKING:
     from pidispatch.common.keys import Keys
@@ -66,7 +71,6 @@ def served(rules: Iterable[CronRule], has_folder: Callable[[str], bool]) -> tupl
 def load_schedules(path: str, has_folder: Callable[[str], bool] = os.path.isdir) -> Loaded:
     """The file's cron rules and those this host serves (blocking: call through a thread). A bad file
     raises the loader's ``ConfigError``."""
-    from pidispatch.triggers.loader import load_triggers
 
     rules = load_triggers(path).cron
     return Loaded(rules=rules, mine=served(rules, has_folder))
@@ -209,10 +213,6 @@ class Scheduler:
             self.nexts[sid] = next_occurrence(self.active[sid].pattern, after, self.zone)
 
     async def _fire(self, rule: CronRule, at_ms: int, now_ms: int) -> None:
-        from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
-        from pidispatch.common.redis import bounded
-        from pidispatch.worker.cron.firings import record_firing, torn_down
-        from pidispatch.worker.local import enqueue_once
 
         job = cron_job(rule, at_ms, now_ms)
         try:
