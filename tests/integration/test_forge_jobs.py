@@ -382,7 +382,7 @@ async def test_a_terminal_failure_posts_one_failure_sentence_and_nothing_for_the
 
 def rules_for(kind: str, group: ForgeGroup) -> Rules:
     groups = {k: group if k == kind else ForgeGroup() for k in ("github", "gitlab", "forgejo", "azure")}
-    return Rules(**groups, cron=(), known_flows=frozenset({"fix"}), count=1)
+    return Rules(groups=groups, cron=(), known_flows=frozenset({"fix"}), count=1)
 
 
 def routed(decision: object) -> Job:

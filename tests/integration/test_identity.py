@@ -93,8 +93,14 @@ async def test_each_forge_is_asked_who_the_harness_is(
 ) -> None:
     with capture_logs() as logs:
         ids = await resolve(env_for(forges, "github", "gitlab", "forgejo", "azure"), http)
-    assert ids == SelfIds(github=4242, gitlab=31, forgejo=17, azure_id=forges["azure"].state["self_id"],
-                          azure_email="pi-bot@example.com")
+    assert ids == SelfIds(
+        ids={
+            "github": 4242,
+            "gitlab": 31,
+            "forgejo": 17,
+            "azure": (forges["azure"].state["self_id"], "pi-bot@example.com"),
+        },
+    )
     assert forges["github"].calls("user")[0].headers["authorization"] == "Bearer ghp_test"
     assert forges["gitlab"].calls("user")[0].headers["private-token"] == "glpat-test"
     assert forges["forgejo"].calls("user")[0].headers["authorization"] == "token fj-test"
@@ -115,7 +121,14 @@ async def test_explicit_ids_skip_every_lookup(
     }
     with capture_logs() as logs:
         ids = await resolve(env, http)
-    assert ids == SelfIds(github=101, gitlab=102, forgejo=103, azure_id=None, azure_email="bot@example.com")
+    assert ids == SelfIds(
+        ids={
+            "github": 101,
+            "gitlab": 102,
+            "forgejo": 103,
+            "azure": (None, "bot@example.com"),
+        },
+    )
     assert all(forge.requests == [] for forge in forges.values())
     assert {e["source"] for e in logs if e["event"] == "self_identity"} == {
         "GITHUB_SELF_ID", "GITLAB_SELF_ID", "FORGEJO_BOT_ID", "AZURE_SELF_ID/AZURE_SELF_EMAIL"
@@ -131,7 +144,11 @@ async def test_a_forge_without_credentials_needs_no_identity(http: aiohttp.Clien
 
 
 async def test_an_explicit_github_id_works_without_credentials(http: aiohttp.ClientSession) -> None:
-    assert await resolve({"GITHUB_SELF_ID": "7"}, http) == SelfIds(github=7)
+    assert await resolve({"GITHUB_SELF_ID": "7"}, http) == SelfIds(
+        ids={
+            "github": 7,
+        },
+    )
 
 
 async def test_gh_source_asks_with_the_gh_token(
@@ -141,7 +158,7 @@ async def test_gh_source_asks_with_the_gh_token(
     gh.write_text("#!/bin/sh\necho ghp_test\n")
     gh.chmod(gh.stat().st_mode | stat.S_IXUSR)
     env = {"GITHUB_API_URL": forges["github"].url, "GITHUB_AUTH_SOURCE": "gh"}
-    assert (await resolve(env, http, gh_path=str(gh))).github == 4242
+    assert (await resolve(env, http, gh_path=str(gh))).number("github") == 4242
 
 
 async def test_app_source_resolves_the_bot_user_not_the_app(
@@ -157,7 +174,7 @@ async def test_app_source_resolves_the_bot_user_not_the_app(
             serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
             serialization.NoEncryption()).decode(),
     }
-    assert (await resolve(env, http)).github == 9001  # the [bot] user's id, not the App id 12345
+    assert (await resolve(env, http)).number("github") == 9001  # the [bot] user's id, not the App id 12345
     assert [c.route for c in github.requests] == ["app", "access_tokens", "users"]
     assert github.calls("users")[0].path == "/users/pi-harness%5Bbot%5D"
     assert github.calls("access_tokens")[0].body == {"permissions": {"metadata": "read"}}
@@ -198,7 +215,7 @@ async def test_transient_failures_retry_inside_the_window_then_succeed(
     t = FakeTime()
     with capture_logs() as logs:
         ids = await resolve(env_for(forges, "gitlab"), http, t)
-    assert ids.gitlab == 31
+    assert ids.number("gitlab") == 31
     assert t.sleeps == [5.0, 10.0, 20.0, 30.0]
     assert [e["reason"] for e in logs if e["event"] == "identity_retry"] == [
         "status-502", "network", "bad-json", "status-429"
@@ -269,5 +286,5 @@ async def test_an_app_mint_outage_is_retried(
             serialization.NoEncryption()).decode(),
     }
     t = FakeTime()
-    assert (await resolve(env, http, t)).github == 9001
+    assert (await resolve(env, http, t)).number("github") == 9001
     assert t.sleeps == [5.0]

@@ -57,7 +57,11 @@ async def router(base_env: dict[str, str], redis: Redis, keys: Keys, answers: li
     stop = asyncio.Event()
     rules = parse_triggers(json.dumps({"triggers": [NOTE_RULE]}))
     task = asyncio.create_task(run_router(
-        settings, redis, keys, RulesRef(rules), stop, now_ms, self_ids=SelfIds(gitlab=999), ask=ask,
+        settings, redis, keys, RulesRef(rules), stop, now_ms, self_ids=SelfIds(
+            ids={
+                "gitlab": 999,
+            },
+        ), ask=ask,
         consumer="router-a",
     ))
     try:

@@ -25,13 +25,18 @@ from pidispatch.triggers.rules import (
 )
 from tests.support.payloads import load_fixture
 
-SELF = SelfIds(github=999, gitlab=999)
+SELF = SelfIds(
+    ids={
+        "github": 999,
+        "gitlab": 999,
+    },
+)
 LOGIN = "secret-login-octocat"
 DELIVERY = "9e8d7c6b-5a49-4382-a716-151413121110"
 
 RULES = Rules(
-    cron=(CronRule(index=0, id="nightly", pattern="0 3 * * *", run={}),),
-    github=ForgeGroup(
+    groups={
+        "github": ForgeGroup(
         label=(LabelRule(index=1, predicate=Predicate(any=("ai-fix",)), run=RunSpec(flow="fix")),
                LabelRule(index=2, predicate=Predicate(any=("bug",), none=("wontfix",)),
                          run=RunSpec(flow="triage", replicas=2))),
@@ -39,10 +44,13 @@ RULES = Rules(
         pull_request=(PullRequestRule(index=4, actions=frozenset({"opened"}), predicate=Predicate(),
                                       review_states=None, run=RunSpec(flow="review")),),
     ),
-    gitlab=ForgeGroup(comment=CommentRule(index=5, phrase="@pi", run=RunSpec(flow="fix"))),
-    forgejo=ForgeGroup(), azure=ForgeGroup(),
-    # Index 6 is a disarmed one-shot: it keeps its place and appears in no group.
-    known_flows=frozenset({"fix", "triage", "review"}), count=7,
+        "gitlab": ForgeGroup(comment=CommentRule(index=5, phrase="@pi", run=RunSpec(flow="fix"))),
+        "forgejo": ForgeGroup(),
+        "azure": ForgeGroup(),
+    },
+    cron=(CronRule(index=0, id="nightly", pattern="0 3 * * *", run={}),),
+    known_flows=frozenset({"fix", "triage", "review"}),
+    count=7,
 )
 
 
@@ -168,8 +176,17 @@ def test_the_json_form_round_trips() -> None:
 
 
 def test_an_empty_file_renders() -> None:
-    empty = Rules(github=ForgeGroup(), gitlab=ForgeGroup(), forgejo=ForgeGroup(), azure=ForgeGroup(), cron=(),
-                  known_flows=frozenset(), count=0)
+    empty = Rules(
+        groups={
+            "github": ForgeGroup(),
+            "gitlab": ForgeGroup(),
+            "forgejo": ForgeGroup(),
+            "azure": ForgeGroup(),
+        },
+        cron=(),
+        known_flows=frozenset(),
+        count=0,
+    )
     e = explain(github("issues", labeled()), empty, SELF)
     assert e.rules == () and "(the file has no rules)" in e.lines()[-1]
 

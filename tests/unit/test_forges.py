@@ -16,8 +16,7 @@ from pidispatch.forges.arms import FALLTHROUGH_FORGE, FORGE_PATHS
 from pidispatch.forges.authority import FAILED_EVENT
 from pidispatch.forges.config import FORGE_VARIABLES, ForgeConfig
 from pidispatch.triggers.jobs import JOB_ID_PREFIX
-from pidispatch.triggers.loader import FORGE_KINDS, PR_ACTIONS
-from pidispatch.triggers.rules import Rules
+from pidispatch.triggers.loader import FORGE_KINDS, PR_ACTIONS, parse_triggers
 from pidispatch.worker.engine.environment import FORGE_TOKEN_VARS
 from pidispatch.worker.ladder import GIT_USERNAMES
 
@@ -73,9 +72,10 @@ def test_every_table_covers_every_forge() -> None:
 
 
 def test_every_config_block_is_named_after_its_forge() -> None:
-    # ForgeConfig and Rules are read by getattr(config, forge.name); ReceiverConfig is keyed by forge name.
-    for struct in (ForgeConfig, Rules):
-        assert every_field(struct) >= set(names())
+    # ForgeConfig is read by getattr(config, forge.name); Rules, SelfIds and ReceiverConfig are keyed by
+    # forge name.
+    assert every_field(ForgeConfig) >= set(names())
+    assert set(parse_triggers('{"triggers": []}').groups) == set(names())
 
 
 def every_field(struct: type[msgspec.Struct]) -> set[str]:

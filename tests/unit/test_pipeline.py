@@ -28,7 +28,14 @@ from pidispatch.triggers.rules import (
 )
 from tests.support.payloads import WORKITEM_CREATED, WORKITEM_UPDATED, fixture_bytes, load_fixture
 
-SELF = SelfIds(github=999, gitlab=999, forgejo=999, azure_id="self-guid", azure_email="pi-bot@example.com")
+SELF = SelfIds(
+    ids={
+        "github": 999,
+        "gitlab": 999,
+        "forgejo": 999,
+        "azure": ("self-guid", "pi-bot@example.com"),
+    },
+)
 LOGIN = "closer-login-never-enqueued"
 DELIVERY = "5a1c7e2b-3f4d-4e8a-9b6c-0d1e2f3a4b5c"
 
@@ -38,21 +45,25 @@ def label(index: int, name: str, **run: Any) -> LabelRule:
 
 
 RULES = Rules(
-    github=ForgeGroup(
+    groups={
+        "github": ForgeGroup(
         label=(label(0, "bug", flow="fix"),),
         comment=CommentRule(index=1, phrase="@pi", run=RunSpec(flow="fix")),
         issue=(CloseRule(index=2, actions=frozenset({"closed"}), number=40, once=True,
                          run=RunSpec(flow="deploy")),),
     ),
-    gitlab=ForgeGroup(label=(label(3, "pi:frontend", flow="frontend-fix"),),
+        "gitlab": ForgeGroup(label=(label(3, "pi:frontend", flow="frontend-fix"),),
                       comment=CommentRule(index=4, phrase="@pi", run=RunSpec(flow="fix"))),
-    forgejo=ForgeGroup(label=(label(5, "bug", flow="fix"),)),
-    azure=ForgeGroup(
+        "forgejo": ForgeGroup(label=(label(5, "bug", flow="fix"),)),
+        "azure": ForgeGroup(
         label=(label(6, "pi:go", flow="fix", repository="widgets"),),
         pull_request=(PullRequestRule(index=7, actions=frozenset({"created"}), predicate=Predicate(),
                                       review_states=None, run=RunSpec(flow="review")),),
     ),
-    cron=(), known_flows=frozenset({"fix", "deploy", "frontend-fix", "review"}), count=8,
+    },
+    cron=(),
+    known_flows=frozenset({"fix", "deploy", "frontend-fix", "review"}),
+    count=8,
 )
 
 

@@ -56,7 +56,12 @@ def test_explicit_identities_come_from_each_forge_block() -> None:
            "AZURE_SELF_EMAIL": "Bot@Example.com", "AZURE_ORG_URL": "https://dev.azure.com/fabrikam",
            "AZURE_TOKEN": "az-test"}
     assert explicit_self_ids(load_forge_config(env)) == SelfIds(
-        github=101, gitlab=102, forgejo=103, azure_id=None, azure_email="bot@example.com"
+        ids={
+            "github": 101,
+            "gitlab": 102,
+            "forgejo": 103,
+            "azure": (None, "bot@example.com"),
+        },
     )
     assert explicit_self_ids(load_forge_config({})) == SelfIds()
 

@@ -80,7 +80,7 @@ def test_replicas_are_carried_on_their_own_rules() -> None:
 
 def test_a_command_rule_carries_the_command_and_no_flow() -> None:
     rules = parse(command({"replicas": 2}))
-    assert rules.github.label[0].run == RunSpec(command="check", replicas=2)
+    assert rules.group("github").label[0].run == RunSpec(command="check", replicas=2)
 
 
 def test_null_is_absent_for_the_model_fields() -> None:

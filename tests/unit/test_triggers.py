@@ -72,12 +72,12 @@ def cron(run: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
 def test_another_forge_rule_at_index_0_shifts_github_rule_indices_to_1_to_5() -> None:
     rules = parse(GITLAB_LABEL, LABEL, COMMENT, PR, PR_CLOSE, ISSUE)
     assert rules.count == 6
-    assert [r.index for r in rules.gitlab.label] == [0]
-    assert [r.index for r in rules.github.label] == [1]
-    assert rules.github.comment is not None and rules.github.comment.index == 2
-    assert [r.index for r in rules.github.pull_request] == [3]
-    assert [r.index for r in rules.github.pr_close] == [4]
-    assert [r.index for r in rules.github.issue] == [5]
+    assert [r.index for r in rules.group("gitlab").label] == [0]
+    assert [r.index for r in rules.group("github").label] == [1]
+    assert rules.group("github").comment is not None and rules.group("github").comment.index == 2
+    assert [r.index for r in rules.group("github").pull_request] == [3]
+    assert [r.index for r in rules.group("github").pr_close] == [4]
+    assert [r.index for r in rules.group("github").issue] == [5]
 
 
 def test_groups_cover_exactly_the_four_forges_and_unused_ones_are_empty() -> None:
@@ -86,7 +86,7 @@ def test_groups_cover_exactly_the_four_forges_and_unused_ones_are_empty() -> Non
     assert set(PR_ACTIONS) == set(FORGE_KINDS)
     for kind in FORGE_KINDS:
         assert isinstance(rules.group(kind), ForgeGroup)
-    assert rules.gitlab == rules.forgejo == rules.azure == ForgeGroup()
+    assert rules.group("gitlab") == rules.group("forgejo") == rules.group("azure") == ForgeGroup()
 
 
 def test_known_flows_are_every_webhook_flow_of_any_forge_and_ignore_command_rules() -> None:
@@ -107,14 +107,14 @@ def test_a_disarmed_entry_is_still_validated_in_full() -> None:
 def test_a_one_shot_close_rule_loads_with_once() -> None:
     rules = parse(on("issue", action=["closed"], number=40, once=True),
                   on("pull_request", "gitlab", action=["close"], number=5, once=True))
-    assert rules.github.issue[0].once is True and rules.gitlab.pr_close[0].once is True
+    assert rules.group("github").issue[0].once is True and rules.group("gitlab").pr_close[0].once is True
 
 
 def test_a_disarmed_one_shot_is_matched_by_nothing_but_keeps_its_index() -> None:
     spent = on("issue", action=["closed"], number=40, once=True, disarmed=DISARMED)
     rules = parse(spent, LABEL)
-    assert rules.github.issue == () and rules.count == 2
-    assert [r.index for r in rules.github.label] == [1]
+    assert rules.group("github").issue == () and rules.count == 2
+    assert [r.index for r in rules.group("github").label] == [1]
 
 
 def test_a_disarmed_mark_without_once_is_refused() -> None:
@@ -125,30 +125,31 @@ def test_a_disarmed_mark_without_once_is_refused() -> None:
 def test_close_rules_carry_actions_and_number() -> None:
     gitlab_close = on("pull_request", "gitlab", action=["close"], number=5)
     rules = parse(ISSUE, PR_CLOSE, gitlab_close)
-    assert rules.github.issue[0] == CloseRule(
+    assert rules.group("github").issue[0] == CloseRule(
         index=0, actions=frozenset({"closed"}), number=40, once=False,
         run=RunSpec(command="release notes"),
     )
-    assert rules.github.pr_close[0].number is None and rules.github.pr_close[0].once is False
-    assert rules.gitlab.pr_close[0].actions == frozenset({"close"}) and rules.gitlab.pr_close[0].number == 5
+    github, gitlab = rules.group("github").pr_close[0], rules.group("gitlab").pr_close[0]
+    assert github.number is None and github.once is False
+    assert gitlab.actions == frozenset({"close"}) and gitlab.number == 5
 
 
 def test_a_whole_number_written_as_float_reads_as_the_integer_like_the_original() -> None:
     rules = parse(on("issue", action=["closed"], number=40.0))
-    assert rules.github.issue[0].number == 40 and type(rules.github.issue[0].number) is int
+    assert rules.group("github").issue[0].number == 40 and type(rules.group("github").issue[0].number) is int
 
 
 def test_pull_request_rules_carry_predicate_and_review_states() -> None:
     review = on("pull_request", action=["review_submitted"], reviewState=["changes_requested"])
     auto = on("pull_request", "forgejo", action=["opened", "synchronized"], none=["wip"])
     rules = parse(PR, review, auto)
-    assert rules.github.pull_request[0] == PullRequestRule(
+    assert rules.group("github").pull_request[0] == PullRequestRule(
         index=0, actions=frozenset({"opened", "labeled"}), predicate=Predicate(any=("pi:review",)),
         review_states=None, run=RunSpec(flow="review"),
     )
-    assert rules.github.pull_request[1].review_states == frozenset({"changes_requested"})
+    assert rules.group("github").pull_request[1].review_states == frozenset({"changes_requested"})
     # Without the label action a predicate is optional, and a none-only one is allowed (it narrows).
-    assert rules.forgejo.pull_request[0].predicate == Predicate(none=("wip",))
+    assert rules.group("forgejo").pull_request[0].predicate == Predicate(none=("wip",))
 
 
 @pytest.mark.parametrize(
@@ -194,13 +195,13 @@ def test_an_unknown_top_level_key_is_refused() -> None:
 def test_comment_triggers_of_two_forges_coexist_even_with_the_same_phrase() -> None:
     gitlab = {**COMMENT, "run": {"kind": "gitlab", "flow": "triage"}}
     rules = parse(COMMENT, gitlab)
-    assert rules.github.comment is not None and rules.gitlab.comment is not None
-    assert rules.gitlab.comment.phrase == "@pi"
+    assert rules.group("github").comment is not None and rules.group("gitlab").comment is not None
+    assert rules.group("gitlab").comment.phrase == "@pi"
 
 
 def test_azure_label_rule_carries_its_repository() -> None:
     azure = on("label", "azure", all=["pi:go"], run={"repository": "widgets"})
-    assert parse(azure).azure.label[0].run.repository == "widgets"
+    assert parse(azure).group("azure").label[0].run.repository == "widgets"
 
 
 @pytest.mark.parametrize(("kind", "word"), [(k, w) for k, words in PR_ACTIONS.items() for w in sorted(words)])
@@ -464,7 +465,7 @@ def test_a_duplicated_json_key_refuses() -> None:
 def test_load_triggers_reads_the_file_and_names_only_its_basename(tmp_path: Path) -> None:
     path = tmp_path / "rules.json"
     path.write_text(text(LABEL))
-    assert load_triggers(str(path)).github.label[0].index == 0
+    assert load_triggers(str(path)).group("github").label[0].index == 0
     path.write_text(text(on("label", any="x")))
     with pytest.raises(ConfigError) as err:
         load_triggers(str(path))
@@ -488,7 +489,7 @@ def test_rules_ref_swaps_in_one_step() -> None:
     first, second = parse(LABEL), parse(GITLAB_LABEL, LABEL)
     ref = RulesRef(first)
     ref.current = second
-    assert ref.current.github.label[0].index == 1
+    assert ref.current.group("github").label[0].index == 1
 
 
 # --- example files --------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ async def test_an_edit_in_place_is_reloaded(path: Path) -> None:
 async def test_an_atomic_rename_is_reloaded(path: Path) -> None:
     async with watching(path) as (ref, _):
         replace(path, triggers(1).replace("fix0", "fix9"))  # same size: the inode tells
-        await wait_for(lambda: ref.current.github.label[0].run.flow == "fix9", 5, what="the rename")
+        await wait_for(lambda: ref.current.group("github").label[0].run.flow == "fix9", 5, what="the rename")
 
 
 async def test_the_workers_disarm_mark_is_reloaded_as_an_entry_that_matches_nothing(path: Path) -> None:
@@ -85,10 +85,10 @@ async def test_the_workers_disarm_mark_is_reloaded_as_an_entry_that_matches_noth
     job = Job(id="gh-spent", kind="github", repo="octo/repo", target=Target(type="issue", number=40),
               flow="deploy", trigger=Trigger(event="issues", matched=matched))
     async with watching(path) as (ref, _):
-        assert ref.current.github.issue[0].once is True
+        assert ref.current.group("github").issue[0].once is True
         assert disarm_file(str(path), job, "2026-05-01T10:00:00Z") == "disarmed"
-        await wait_for(lambda: ref.current.github.issue == (), 5, what="the mark to be reloaded")
-        assert ref.current.count == 2 and [r.index for r in ref.current.github.label] == [0]
+        await wait_for(lambda: ref.current.group("github").issue == (), 5, what="the mark to be reloaded")
+        assert ref.current.count == 2 and [r.index for r in ref.current.group("github").label] == [0]
 
 
 async def test_a_bad_edit_keeps_the_last_good_rules_until_it_is_fixed(path: Path) -> None:

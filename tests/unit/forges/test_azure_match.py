@@ -21,19 +21,29 @@ from pidispatch.triggers.match.predicate import Predicate
 from pidispatch.triggers.rules import CommentRule, ForgeGroup, LabelRule, PullRequestRule, Rules, RunSpec
 from tests.support.payloads import WORKITEM_COMMENTED, WORKITEM_CREATED, WORKITEM_UPDATED, load_fixture
 
-SELF = SelfIds(azure_id="0f0f0f0f-0000-4000-8000-00000000beef", azure_email="pi-bot@example.com")
+SELF = SelfIds(
+    ids={
+        "azure": ("0f0f0f0f-0000-4000-8000-00000000beef", "pi-bot@example.com"),
+    },
+)
 EMAIL = "dev@example.com"
 
 RULES = Rules(
-    github=ForgeGroup(), gitlab=ForgeGroup(), forgejo=ForgeGroup(), cron=(), count=3,
-    known_flows=frozenset({"fix", "triage", "review"}),
-    azure=ForgeGroup(
+    groups={
+        "github": ForgeGroup(),
+        "gitlab": ForgeGroup(),
+        "forgejo": ForgeGroup(),
+        "azure": ForgeGroup(
         label=(LabelRule(index=0, predicate=Predicate(any=("pi:go",)),
                          run=RunSpec(flow="fix", repository="widgets")),),
         comment=CommentRule(index=1, phrase="@pi", run=RunSpec(flow="triage", repository="widgets")),
         pull_request=(PullRequestRule(index=2, actions=frozenset({"created"}), predicate=Predicate(),
                                       review_states=None, run=RunSpec(flow="review")),),
     ),
+    },
+    cron=(),
+    count=3,
+    known_flows=frozenset({"fix", "triage", "review"}),
 )
 
 
@@ -123,12 +133,20 @@ def test_an_address_in_the_display_name_is_not_the_actor() -> None:
 
 
 def test_a_guid_only_identity_never_matches_address_actors() -> None:
-    guid_only = SelfIds(azure_id="self-guid", azure_email=None)
+    guid_only = SelfIds(
+        ids={
+            "azure": ("self-guid", None),
+        },
+    )
     assert isinstance(run(created(by="pi-dispatch <pi-bot@example.com>"), self_ids=guid_only), Fire)
     pr = load_fixture("azuredevops/git.pullrequest.created.json")
     pr["resource"]["createdBy"]["id"] = "self-guid"
     assert run(pr, self_ids=guid_only) == Drop("self")
-    assert isinstance(run(pr, self_ids=SelfIds(azure_id="", azure_email="")), Fire)
+    assert isinstance(run(pr, self_ids=SelfIds(
+        ids={
+            "azure": ("", ""),
+        },
+    )), Fire)
 
 
 def test_unknown_events_are_unhandled_after_the_identity_step() -> None:
@@ -195,7 +213,7 @@ def test_a_pull_request_comment_targets_the_pull_request() -> None:
 
 
 def test_a_work_item_rule_without_a_repository_cannot_scope_the_job() -> None:
-    rules = msgspec.structs.replace(RULES, azure=ForgeGroup(label=(
-        LabelRule(index=0, predicate=Predicate(any=("pi:go",)), run=RunSpec(flow="fix")),)))
+    rules = msgspec.structs.replace(RULES, groups={**RULES.groups, "azure": ForgeGroup(label=(
+        LabelRule(index=0, predicate=Predicate(any=("pi:go",)), run=RunSpec(flow="fix")),))})
     assert run(updated(), rules) == Drop("no-repository")
     assert run(updated(project_name=""), RULES) == Drop("no-repository")

@@ -46,9 +46,11 @@ def close(index: int, **run: Any) -> CloseRule:
 
 
 RULES = Rules(
-    github=ForgeGroup(), gitlab=ForgeGroup(), azure=ForgeGroup(), cron=(), count=6,
-    known_flows=frozenset({"go", "triage", "sync", "label-pr", "ship", "retro"}),
-    forgejo=ForgeGroup(
+    groups={
+        "github": ForgeGroup(),
+        "gitlab": ForgeGroup(),
+        "azure": ForgeGroup(),
+        "forgejo": ForgeGroup(
         label=(label(0, any=("pi:go",), flow="go"),),
         comment=CommentRule(index=1, phrase="@pi", run=RunSpec(flow="triage")),
         pull_request=(pr_rule(2, ("synchronized",), flow="sync"),
@@ -56,6 +58,10 @@ RULES = Rules(
         issue=(close(4, flow="ship"),),
         pr_close=(close(5, flow="retro"),),
     ),
+    },
+    cron=(),
+    count=6,
+    known_flows=frozenset({"go", "triage", "sync", "label-pr", "ship", "retro"}),
 )
 
 

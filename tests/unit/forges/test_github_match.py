@@ -60,7 +60,13 @@ def rules_of(github: ForgeGroup, *, gitlab: ForgeGroup | None = None, flows: tup
     indices += [g.comment.index for g in groups if g.comment]
     crons = (CronRule(index=cron, id="c", pattern="* * * * *", run={}),) if cron is not None else ()
     return Rules(
-        github=github, gitlab=groups[1], forgejo=ForgeGroup(), azure=ForgeGroup(), cron=crons,
+        groups={
+            "github": github,
+            "gitlab": groups[1],
+            "forgejo": ForgeGroup(),
+            "azure": ForgeGroup(),
+        },
+        cron=crons,
         known_flows=frozenset(r.flow for r in runs if r.flow) | frozenset(flows),
         count=max([*indices, cron or 0]) + 1,
     )
@@ -241,7 +247,7 @@ def test_a_known_flow_after_the_case_sensitive_phrase_overrides_the_comment_rule
     body: str, default: str | None, outcome: str
 ) -> None:
     rule = CommentRule(index=4, phrase="@pi", run=RunSpec(flow=default))
-    rules = msgspec.structs.replace(FLOWS, github=ForgeGroup(comment=rule))
+    rules = msgspec.structs.replace(FLOWS, groups={**FLOWS.groups, "github": ForgeGroup(comment=rule)})
     decision = decide_on("issue_comment", comment_payload(body), rules)
     if outcome in ("no-flow", "no-trigger-phrase"):
         assert decision == Drop(outcome)
@@ -445,7 +451,7 @@ def test_a_loaded_one_shot_fires_once_armed_and_nothing_once_the_worker_marked_i
 
 def test_the_closer_lookup_is_wanted_only_for_a_close_a_rule_wants() -> None:
     def wants(event: str, payload: dict[str, Any]) -> bool:
-        return wants_closer_authority(event, project(json.dumps(payload)), ONE_SHOT.github, SELF_ID)
+        return wants_closer_authority(event, project(json.dumps(payload)), ONE_SHOT.group("github"), SELF_ID)
 
     assert wants("issues", issue_closed(40))
     assert not wants("issues", issue_closed(41))
@@ -486,7 +492,7 @@ ROUTED = {("issues", "opened"), ("issues", "labeled"), ("issues", "reopened"), (
 
 def test_every_octokit_example_decides_and_unrouted_actions_are_unhandled() -> None:
     rules = rules_of(ForgeGroup(label=(label(0, any=("bug",), flow="fix"),),
-                                pull_request=PRS.github.pull_request))
+                                pull_request=PRS.group("github").pull_request))
     seen = 0
     for name, examples in _examples().items():
         for example in examples:

@@ -49,9 +49,17 @@ def rules_of(gitlab: ForgeGroup, flows: tuple[str, ...] = ()) -> Rules:
     members = [*gitlab.label, *gitlab.pull_request, *gitlab.pr_close, *gitlab.issue]
     runs = [r.run for r in members] + ([gitlab.comment.run] if gitlab.comment else [])
     indices = [r.index for r in members] + ([gitlab.comment.index] if gitlab.comment else [])
-    return Rules(github=ForgeGroup(), gitlab=gitlab, forgejo=ForgeGroup(), azure=ForgeGroup(), cron=(),
-                 known_flows=frozenset(r.flow for r in runs if r.flow) | frozenset(flows),
-                 count=max(indices, default=-1) + 1)
+    return Rules(
+        groups={
+            "github": ForgeGroup(),
+            "gitlab": gitlab,
+            "forgejo": ForgeGroup(),
+            "azure": ForgeGroup(),
+        },
+        cron=(),
+        known_flows=frozenset(r.flow for r in runs if r.flow) | frozenset(flows),
+        count=max(indices, default=-1) + 1,
+    )
 
 
 RULES = rules_of(ForgeGroup(
@@ -263,7 +271,7 @@ def test_a_close_nobody_wants_falls_back_to_the_label_route_only_if_labels_moved
     fallback = run(issue("close", iid=6, changes=label_change((), ("pi:frontend",))), CLOSES)
     assert isinstance(fallback, Fire) and fallback.index == 0
     assert run(issue("close", iid=6), CLOSES) == Drop("close-number-not-matched")
-    no_close_rules = rules_of(ForgeGroup(label=CLOSES.gitlab.label))
+    no_close_rules = rules_of(ForgeGroup(label=CLOSES.group("gitlab").label))
     assert run(issue("close", iid=6), no_close_rules) == Drop("no-matching-close-trigger")
 
 

@@ -171,7 +171,8 @@ def _parse(text: str) -> Rules:
         )
         for kind, g in groups.items()
     }
-    return Rules(**built, cron=tuple(cron), known_flows=frozenset(known_flows), count=len(data["triggers"]))
+    return Rules(groups=built, cron=tuple(cron), known_flows=frozenset(known_flows),
+                 count=len(data["triggers"]))
 
 
 def _refuse_unknown(e: TriggerEntry, *, before_values: bool) -> None:

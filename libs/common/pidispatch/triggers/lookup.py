@@ -7,23 +7,33 @@ for the lookup itself; none of it is ever logged, stored or enqueued.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import msgspec
 
 
 class SelfIds(msgspec.Struct, frozen=True, kw_only=True):
-    """The harness's own identity per forge (bot-loop guard); None = not known / not needed.
+    """The harness's own identity on each forge (bot-loop guard), keyed by forge name; a forge absent
+    here is not known or not needed.
 
-    Typed per forge on purpose: a numeric id where the forge has one, a GUID and an address on Azure;
-    each forge's route reads and writes its own fields (``RouterForge.with_self``).
+    Each value is what that forge's ``resolve_self`` returns (a numeric id where the forge has one, a
+    GUID and a lower-cased address on Azure DevOps), written and read by that forge's route alone
+    (``RouterForge.with_self``), so a new forge needs no field here.
     """
 
-    github: int | None = None
-    gitlab: int | None = None
-    forgejo: int | None = None
-    azure_id: str | None = None
-    azure_email: str | None = None  # lower-cased
+    ids: Mapping[str, object] = msgspec.field(default_factory=dict)
+
+    def of(self, forge: str) -> object | None:
+        return self.ids.get(forge)
+
+    def number(self, forge: str) -> int | None:
+        """The forge's own id where it is a number, else None."""
+        value = self.ids.get(forge)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def with_id(self, forge: str, value: object) -> SelfIds:
+        return SelfIds(ids={**self.ids, forge: value})
 
 
 class Question(msgspec.Struct, frozen=True, kw_only=True):

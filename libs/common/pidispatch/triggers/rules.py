@@ -154,23 +154,20 @@ def pr_index(rules: tuple[PullRequestRule, ...]) -> dict[str, tuple[PullRequestR
 
 
 class Rules(msgspec.Struct, frozen=True, kw_only=True):
-    """Every forge has a group, used or not, so a filter never needs a presence check. One field per
-    forge, named after it: generic code reads ``group(name)``, a forge's own filter its field.
+    """Every forge has a group, used or not, so a filter never needs a presence check; ``groups`` is keyed
+    by forge name and everyone reads ``group(name)``, so a new forge needs no field here.
 
     Every entry but a cron or a disarmed one is in exactly one group (cron entries are in ``cron``,
     and a disarmed one keeps its index in ``count`` only).
     """
 
-    github: ForgeGroup
-    gitlab: ForgeGroup
-    forgejo: ForgeGroup
-    azure: ForgeGroup
+    groups: Mapping[str, ForgeGroup]
     cron: tuple[CronRule, ...]
     known_flows: frozenset[str]
     count: int
 
     def group(self, kind: str) -> ForgeGroup:
-        return getattr(self, kind)  # type: ignore[no-any-return]
+        return self.groups[kind]
 
 
 class RulesRef:

@@ -46,8 +46,10 @@ def actor(subset: AzureSubset) -> tuple[str | None, str | None]:
 
 def is_self(subset: AzureSubset, self_ids: SelfIds) -> bool:
     guid, email = actor(subset)
-    self_guid = self_ids.azure_id or None
-    self_email = self_ids.azure_email.lower() if self_ids.azure_email else None
+    own = self_ids.of(FORGE.name)  # (GUID, address), as resolve_self returned them
+    own_guid, own_email = own if isinstance(own, tuple) else (None, None)
+    self_guid = own_guid or None
+    self_email = own_email.lower() if own_email else None
     return (guid is not None and guid == self_guid) or (email is not None and email == self_email)
 
 
@@ -78,8 +80,8 @@ def decide(
         return Drop("author-not-allowed")
     sender = guid if guid is not None else stable_actor_id(email or "")
     ctx = AzureMatchContext(
-        subset=subset, group=rules.azure, known_flows=rules.known_flows, delivery=delivery, sender=sender,
-        trace=trace,
+        subset=subset, group=rules.group(FORGE.name), known_flows=rules.known_flows, delivery=delivery,
+        sender=sender, trace=trace,
     )
     event = subset.event_type if isinstance(subset.event_type, str) else ""
     if event == "workitem.commented":

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from pidispatch.common.models import Event
 from pidispatch.forges.azure import FORGE, identity
@@ -80,7 +79,7 @@ class AzureRoute(RouteDefaults):
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:
         assert isinstance(value, tuple)
         guid, email = value
-        return msgspec.structs.replace(ids, azure_id=guid, azure_email=email)
+        return ids.with_id(FORGE.name, (guid, email))
 
 
 ROUTE: RouterForge = AzureRoute()

@@ -95,7 +95,7 @@ def decide(
     raw = subset.action if isinstance(subset.action, str) else ""
     event = canonical_event(event_name, subset)
     ctx = ForgejoMatchContext(
-        event=event, raw=raw, subset=subset, group=rules.forgejo, known_flows=rules.known_flows,
+        event=event, raw=raw, subset=subset, group=rules.group(FORGE.name), known_flows=rules.known_flows,
         delivery=delivery, authorized=authorized, trace=trace,
     )
     unactionable = Drop("action-not-actionable" if is_recognized(raw) else "unhandled-event")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from pidispatch.common.models import Event
 from pidispatch.forges.config import ForgeConfig
@@ -30,8 +29,8 @@ class ForgejoRoute(RouteDefaults):
 
     def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
                trace: Trace) -> Decision:
-        return forgejo_match.decide(event.event, subset, rules, self_ids.forgejo, event.delivery, authorized,
-                                    trace)
+        return forgejo_match.decide(event.event, subset, rules, self_ids.number(FORGE.name), event.delivery,
+                                    authorized, trace)
 
     def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
         return True
@@ -63,7 +62,7 @@ class ForgejoRoute(RouteDefaults):
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:
         assert isinstance(value, int)
-        return msgspec.structs.replace(ids, forgejo=value)
+        return ids.with_id(FORGE.name, value)
 
 
 ROUTE: RouterForge = ForgejoRoute()

@@ -72,8 +72,8 @@ def decide(
     if route is None:
         return Drop("unhandled-event")
     ctx = GitHubMatchContext(
-        event=event_name, action=action, subset=subset, group=rules.github, known_flows=rules.known_flows,
-        delivery=delivery, closer_authorized=closer_authorized, trace=trace,
+        event=event_name, action=action, subset=subset, group=rules.group(FORGE.name),
+        known_flows=rules.known_flows, delivery=delivery, closer_authorized=closer_authorized, trace=trace,
     )
     return route(ctx)
 

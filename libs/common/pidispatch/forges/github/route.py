@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from pidispatch.common.models import Event
 from pidispatch.forges.config import ForgeConfig
@@ -42,11 +41,13 @@ class GitHubRoute(RouteDefaults):
 
     def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
                trace: Trace) -> Decision:
-        return github_match.decide(event.event, subset, rules, self_ids.github, event.delivery, authorized,
-                                   trace)
+        return github_match.decide(event.event, subset, rules, self_ids.number(FORGE.name), event.delivery,
+                                   authorized, trace)
 
     def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
-        return github_match.wants_closer_authority(event.event, subset, rules.github, self_ids.github)
+        return github_match.wants_closer_authority(
+            event.event, subset, rules.group(FORGE.name), self_ids.number(FORGE.name)
+        )
 
     def question(self, event: Event, subset: Any) -> Question | None:
         repo, login = filled(subset.repository), filled(subset.sender_login)
@@ -75,7 +76,7 @@ class GitHubRoute(RouteDefaults):
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:
         assert isinstance(value, int)
-        return msgspec.structs.replace(ids, github=value)
+        return ids.with_id(FORGE.name, value)
 
 
 ROUTE: RouterForge = GitHubRoute()

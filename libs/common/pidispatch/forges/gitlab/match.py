@@ -54,8 +54,8 @@ def decide(
         return refused
     kind = subset.object_kind if isinstance(subset.object_kind, str) else ""
     ctx = GitLabMatchContext(
-        kind=kind, action=subset.action, subset=subset, group=rules.gitlab, known_flows=rules.known_flows,
-        delivery=delivery, authorized=authorized, trace=trace,
+        kind=kind, action=subset.action, subset=subset, group=rules.group(FORGE.name),
+        known_flows=rules.known_flows, delivery=delivery, authorized=authorized, trace=trace,
     )
     if kind == "issue":
         if subset.action != CLOSE_WORD:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-import msgspec
 
 from pidispatch.common.models import Event
 from pidispatch.forges.config import ForgeConfig
@@ -31,7 +30,8 @@ class GitLabRoute(RouteDefaults):
 
     def decide(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds, authorized: Any,
                trace: Trace) -> Decision:
-        return gitlab_match.decide(subset, rules, self_ids.gitlab, event.delivery, authorized, trace)
+        return gitlab_match.decide(subset, rules, self_ids.number(FORGE.name), event.delivery, authorized,
+                                   trace)
 
     def gated(self, event: Event, subset: Any, rules: Rules, self_ids: SelfIds) -> bool:
         return True  # labels are no approval on GitLab: every type needs the member verdict
@@ -63,7 +63,7 @@ class GitLabRoute(RouteDefaults):
 
     def with_self(self, ids: SelfIds, value: object) -> SelfIds:
         assert isinstance(value, int)
-        return msgspec.structs.replace(ids, gitlab=value)
+        return ids.with_id(FORGE.name, value)
 
 
 ROUTE: RouterForge = GitLabRoute()
