@@ -110,7 +110,7 @@ async def az() -> AsyncIterator[FakeForge]:
 
 def authority(env: dict[str, str], http: aiohttp.ClientSession, clock: Clock | None = None) -> Authority:
     config = load_forge_config(env)
-    sources = {"github": GithubAuth(config, http)} if config.github.configured else {}
+    sources = {"github": GithubAuth(config, http)} if config.block("github").configured else {}
     return Authority(config, sources, http, clock or Clock())
 
 

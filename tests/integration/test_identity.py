@@ -83,7 +83,7 @@ async def resolve(env: dict[str, str], http: aiohttp.ClientSession, t: FakeTime 
                   **kwargs: object) -> SelfIds:
     t = t or FakeTime()
     config = load_forge_config(env)
-    auth = GithubAuth(config, http, t.clock, **kwargs) if config.github.configured else None  # type: ignore[arg-type]
+    auth = GithubAuth(config, http, t.clock, **kwargs) if config.block("github").configured else None  # type: ignore[arg-type]
     sources = {"github": auth} if auth is not None else {}
     return await resolve_self_ids(config, sources, http, t.clock, sleep=t.sleep)
 

@@ -18,40 +18,40 @@ APP = {
 def test_an_empty_environment_configures_no_forge_and_keeps_the_defaults() -> None:
     config = load_forge_config({})
     assert config.configured_forges() == ()
-    assert config.github.api_url == "https://api.github.com"
-    assert config.gitlab.url == "https://gitlab.com"
-    assert config.forgejo.url is None and config.azure.org_url is None
+    assert config.block("github").api_url == "https://api.github.com"
+    assert config.block("gitlab").url == "https://gitlab.com"
+    assert config.block("forgejo").url is None and config.block("azure").org_url is None
     assert config.identity_retry_s == 600
     assert config == ForgeConfig()
 
 
 def test_github_enterprise_api_url_is_kept_without_trailing_slashes() -> None:
     config = load_forge_config({"GITHUB_API_URL": " https://ghe.example.com/api/v3// "})
-    assert config.github.api_url == "https://ghe.example.com/api/v3"
+    assert config.block("github").api_url == "https://ghe.example.com/api/v3"
 
 
 def test_http_is_accepted_for_loopback_style_urls() -> None:
     config = load_forge_config({"GITLAB_URL": "http://127.0.0.1:8080", "GITLAB_TOKEN": "t"})
-    assert config.gitlab.url == "http://127.0.0.1:8080"
-    assert config.gitlab.configured
+    assert config.block("gitlab").url == "http://127.0.0.1:8080"
+    assert config.block("gitlab").configured
 
 
 def test_pat_is_read_from_the_variable_github_pat_var_names() -> None:
     env = {"GITHUB_AUTH_SOURCE": "pat", "GITHUB_PAT_VAR": "MY_TOKEN", "MY_TOKEN": " tok "}
     config = load_forge_config(env)
-    assert config.github.pat == Secret("tok")
-    assert config.github.pat_var == "MY_TOKEN"
+    assert config.block("github").pat == Secret("tok")
+    assert config.block("github").pat_var == "MY_TOKEN"
     assert config.configured_forges() == ("github",)
 
 
 def test_gh_source_needs_nothing_else_and_a_stray_pat_is_ignored() -> None:
     config = load_forge_config({"GITHUB_AUTH_SOURCE": "gh", "GITHUB_PAT": "leftover"})
-    assert config.github.configured and config.github.pat is None
+    assert config.block("github").configured and config.block("github").pat is None
 
 
 def test_app_block_loads_and_a_one_line_pem_gets_real_newlines() -> None:
     config = load_forge_config({**APP, "GITHUB_APP_PRIVATE_KEY": PEM.replace("\n", "\\n")})
-    gh = config.github
+    gh = config.block("github")
     assert (gh.app_id, gh.installation_id) == ("12345", 777)
     assert gh.app_private_key is not None and gh.app_private_key.reveal() == PEM
 
@@ -59,8 +59,8 @@ def test_app_block_loads_and_a_one_line_pem_gets_real_newlines() -> None:
 def test_app_key_may_come_from_a_path() -> None:
     env = {k: v for k, v in APP.items() if k != "GITHUB_APP_PRIVATE_KEY"}
     config = load_forge_config({**env, "GITHUB_APP_PRIVATE_KEY_PATH": "/keys/app.pem"})
-    assert config.github.app_private_key is None
-    assert config.github.app_private_key_path == "/keys/app.pem"
+    assert config.block("github").app_private_key is None
+    assert config.block("github").app_private_key_path == "/keys/app.pem"
 
 
 def test_forgejo_and_azure_urls_are_trimmed_and_the_graph_host_derived() -> None:
@@ -69,10 +69,10 @@ def test_forgejo_and_azure_urls_are_trimmed_and_the_graph_host_derived() -> None
         "AZURE_ORG_URL": "  https://dev.azure.com/fabrikam//  ", "AZURE_TOKEN": "p",
         "AZURE_SELF_ID": GUID, "AZURE_SELF_EMAIL": "Pi-Bot@Example.com",
     })
-    assert config.forgejo.url == "https://codeberg.org" and config.forgejo.bot_id == 17
-    assert config.azure.org_url == "https://dev.azure.com/fabrikam"
-    assert config.azure.graph_url == "https://vssps.dev.azure.com/fabrikam"
-    assert config.azure.self_email == "pi-bot@example.com"
+    assert config.block("forgejo").url == "https://codeberg.org" and config.block("forgejo").bot_id == 17
+    assert config.block("azure").org_url == "https://dev.azure.com/fabrikam"
+    assert config.block("azure").graph_url == "https://vssps.dev.azure.com/fabrikam"
+    assert config.block("azure").self_email == "pi-bot@example.com"
     assert config.configured_forges() == ("forgejo", "azure")
 
 
@@ -93,7 +93,7 @@ def test_azure_graph_url_can_be_overridden() -> None:
         "AZURE_ORG_URL": "http://127.0.0.1:9000/fabrikam", "AZURE_TOKEN": "p",
         "AZURE_GRAPH_URL": "http://127.0.0.1:9001/fabrikam/",
     })
-    assert config.azure.graph_url == "http://127.0.0.1:9001/fabrikam"
+    assert config.block("azure").graph_url == "http://127.0.0.1:9001/fabrikam"
 
 
 @pytest.mark.parametrize(("raw", "window"), [("30", 60), ("60", 60), ("900", 900)])

@@ -8,21 +8,14 @@ forge's ``config.load`` raises ``ConfigError`` naming the variable and what is a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import msgspec
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.forges import FORGES
-from pidispatch.forges.azure.config import AzureForge
-from pidispatch.forges.azure.config import load as load_azure
+from pidispatch.forges import FORGES, Forge
 from pidispatch.forges.envread import get
-from pidispatch.forges.forgejo.config import ForgejoForge
-from pidispatch.forges.forgejo.config import load as load_forgejo
-from pidispatch.forges.github.config import GithubForge
-from pidispatch.forges.github.config import load as load_github
-from pidispatch.forges.gitlab.config import GitlabForge
-from pidispatch.forges.gitlab.config import load as load_gitlab
 
 IDENTITY_RETRY_DEFAULT_S = 600
 IDENTITY_RETRY_FLOOR_S = 60
@@ -32,16 +25,33 @@ IDENTITY_RETRY_MAX_S = 24 * 3600
 FORGE_VARIABLES = {f.name: f.credentials_hint for f in FORGES}
 
 
+class ForgeBlock(Protocol):
+    """One forge's API block as its ``config.load`` read it; its own package reads the rest, typed
+    (``block_of`` in ``pidispatch.forges.<name>.config``)."""
+
+    @property
+    def configured(self) -> bool: ...
+
+
+def _load_block(forge: Forge, env: Mapping[str, str]) -> ForgeBlock:
+    load: Callable[[Mapping[str, str]], ForgeBlock] = forge.part("config", "load")
+    return load(env)
+
+
+def _unconfigured() -> dict[str, ForgeBlock]:
+    return {f.name: _load_block(f, {}) for f in FORGES}
+
+
 class ForgeConfig(msgspec.Struct, frozen=True, kw_only=True):
-    github: GithubForge = msgspec.field(default_factory=GithubForge)
-    gitlab: GitlabForge = msgspec.field(default_factory=GitlabForge)
-    forgejo: ForgejoForge = msgspec.field(default_factory=ForgejoForge)
-    azure: AzureForge = msgspec.field(default_factory=AzureForge)
+    # Each forge's block by forge name, in FORGES order: a fifth forge adds no field here.
+    blocks: Mapping[str, ForgeBlock] = msgspec.field(default_factory=_unconfigured)
     identity_retry_s: int = IDENTITY_RETRY_DEFAULT_S
 
+    def block(self, forge: str) -> ForgeBlock:
+        return self.blocks[forge]
+
     def configured_forges(self) -> tuple[str, ...]:
-        # Each forge's block is the field named after it.
-        return tuple(f.name for f in FORGES if getattr(self, f.name).configured)
+        return tuple(f.name for f in FORGES if self.blocks[f.name].configured)
 
     def require(self, forge: str) -> None:
         """Refuse to start when rules need ``forge`` but it has no credentials to ask it with."""
@@ -66,10 +76,8 @@ def _identity_window(env: Mapping[str, str]) -> int:
 def load_forge_config(env: Mapping[str, str] | None = None) -> ForgeConfig:
     """Read and validate every forge block; pure (no file or network access)."""
     env = os.environ if env is None else env
-    return ForgeConfig(
-        github=load_github(env), gitlab=load_gitlab(env), forgejo=load_forgejo(env), azure=load_azure(env),
-        identity_retry_s=_identity_window(env),
-    )
+    return ForgeConfig(blocks={f.name: _load_block(f, env) for f in FORGES},
+                       identity_retry_s=_identity_window(env))
 
 
 
@@ -77,16 +85,16 @@ def load_forge_config_by_forge(env: Mapping[str, str]) -> tuple[ForgeConfig, dic
     """``load_forge_config`` for ``pi-dispatch doctor``: each forge's block on its own; a refused block
     is left unconfigured and its ConfigError text returned under the forge's name (``identity`` for the
     retry window)."""
-    loaders = {"github": load_github, "gitlab": load_gitlab, "forgejo": load_forgejo, "azure": load_azure}
-    blocks: dict[str, object] = {}
+    blocks = _unconfigured()
     errors: dict[str, str] = {}
-    for name, load in loaders.items():
+    for forge in FORGES:
         try:
-            blocks[name] = load(env)
+            blocks[forge.name] = _load_block(forge, env)
         except ConfigError as exc:
-            errors[name] = str(exc)
+            errors[forge.name] = str(exc)
+    window = IDENTITY_RETRY_DEFAULT_S
     try:
-        blocks["identity_retry_s"] = _identity_window(env)
+        window = _identity_window(env)
     except ConfigError as exc:
         errors["identity"] = str(exc)
-    return ForgeConfig(**blocks), errors  # type: ignore[arg-type]
+    return ForgeConfig(blocks=blocks, identity_retry_s=window), errors

@@ -17,6 +17,7 @@ from pidispatch.common.models import Job
 from pidispatch.common.outcome import InfraFault, JobConfigRefused
 from pidispatch.forges.api import WorkerForge
 from pidispatch.forges.azure import FORGE
+from pidispatch.forges.azure.config import block_of
 from pidispatch.forges.check import (
     UNAVAILABLE,
     check_branch,
@@ -54,8 +55,8 @@ class AzureApi(ForgeClient):
     variables = FORGE.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
-        super().__init__(job, http, config.azure.org_url)
-        self.token = config.azure.token
+        super().__init__(job, http, block_of(config).org_url)
+        self.token = block_of(config).token
         scope = job.azure or {}
         project, repository = scope.get("project"), scope.get("repository")
         if not segment_ok(project) or not segment_ok(repository):

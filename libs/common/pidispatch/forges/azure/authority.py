@@ -13,6 +13,7 @@ import yarl
 
 from pidispatch.forges.authority import CannotAnswer, seg
 from pidispatch.forges.azure import FORGE
+from pidispatch.forges.azure.config import block_of
 from pidispatch.forges.http import Reply
 from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
@@ -89,7 +90,7 @@ class _AzureGraph:
 async def is_member(q: AzureMembership, authority: AuthorityCalls) -> bool:
     if not isinstance(q.project_id, str) or not q.project_id:
         return False
-    cfg = authority.config.azure
+    cfg = block_of(authority.config)
     if cfg.token is None or cfg.graph_url is None:
         raise CannotAnswer("not-configured")
     graph = _AzureGraph(authority, cfg.graph_url, pat_headers(cfg.token.reveal()))

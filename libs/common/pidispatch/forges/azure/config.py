@@ -14,6 +14,8 @@ import msgspec
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
+from pidispatch.forges.azure import FORGE
+from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.envread import get, http_url, secret
 
 GUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -71,3 +73,9 @@ def load(env: Mapping[str, str]) -> AzureForge:
         self_email=email.lower() if email else None,
     )
 
+
+def block_of(config: ForgeConfig) -> AzureForge:
+    """This forge's block of ``config``, typed."""
+    block = config.block(FORGE.name)
+    assert isinstance(block, AzureForge)
+    return block

@@ -14,13 +14,14 @@ import yarl
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges.azure import FORGE
 from pidispatch.forges.azure.authority import API_VERSION, pat_headers
+from pidispatch.forges.azure.config import block_of
 from pidispatch.forges.route import IdentityAsk
 
 AzureSelf = tuple[str | None, str | None]  # (GUID, lower-cased address)
 
 
 async def resolve(calls: IdentityAsk) -> AzureSelf:
-    cfg = calls.config.azure
+    cfg = block_of(calls.config)
     assert cfg.token is not None
     url = yarl.URL(f"{cfg.org_url}/_apis/connectionData", encoded=True).update_query(
         {"api-version": API_VERSION}

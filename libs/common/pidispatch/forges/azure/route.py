@@ -12,6 +12,7 @@ from pidispatch.forges.azure import FORGE, identity
 from pidispatch.forges.azure import match as azure_match
 from pidispatch.forges.azure import payload as azure_payload
 from pidispatch.forges.azure.authority import AzureMembership, is_member
+from pidispatch.forges.azure.config import block_of
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
@@ -70,7 +71,7 @@ class AzureRoute(RouteDefaults):
         return None  # the token is in the config block
 
     def explicit_self(self, config: ForgeConfig) -> tuple[str | None, str | None] | None:
-        az = config.azure
+        az = block_of(config)
         return (az.self_id, az.self_email) if az.self_id or az.self_email else None
 
     async def resolve_self(self, calls: IdentityAsk) -> tuple[str | None, str | None]:

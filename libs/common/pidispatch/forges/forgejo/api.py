@@ -10,6 +10,7 @@ from pidispatch.forges.check import check_branch, owner_name, seg, target_of
 from pidispatch.forges.client import ForgeClient, PlainForge
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.forgejo import FORGE
+from pidispatch.forges.forgejo.config import block_of
 
 
 class ForgejoApi(ForgeClient):
@@ -17,8 +18,8 @@ class ForgejoApi(ForgeClient):
     variables = FORGE.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
-        super().__init__(job, http, config.forgejo.url)
-        self.token = config.forgejo.token
+        super().__init__(job, http, block_of(config).url)
+        self.token = block_of(config).token
         self.owner, self.name = owner_name(job)
 
     @property

@@ -9,6 +9,7 @@ import yarl
 
 from pidispatch.forges.authority import CannotAnswer, bad_segment, seg, split_repo
 from pidispatch.forges.forgejo import FORGE
+from pidispatch.forges.forgejo.config import block_of
 from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
 
@@ -23,7 +24,7 @@ async def may_write(q: ForgejoPermission, authority: AuthorityCalls) -> bool:
     repo = split_repo(q.repo)
     if repo is None or bad_segment(q.login):
         return False
-    cfg = authority.config.forgejo
+    cfg = block_of(authority.config)
     if cfg.token is None or cfg.url is None:
         raise CannotAnswer("not-configured")
     url = (f"{cfg.url}/api/v1/repos/{seg(repo[0])}/{seg(repo[1])}"

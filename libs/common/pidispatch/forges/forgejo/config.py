@@ -12,7 +12,9 @@ import msgspec
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
+from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.envread import get, http_url, positive_id, secret
+from pidispatch.forges.forgejo import FORGE
 
 
 class ForgejoForge(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,3 +39,9 @@ def load(env: Mapping[str, str]) -> ForgejoForge:
                           "FORGEJO_URL (the instance root, e.g. https://codeberg.org) and FORGEJO_TOKEN")
     return ForgejoForge(url=http_url("FORGEJO_URL", raw_url), token=token, bot_id=bot_id)
 
+
+def block_of(config: ForgeConfig) -> ForgejoForge:
+    """This forge's block of ``config``, typed."""
+    block = config.block(FORGE.name)
+    assert isinstance(block, ForgejoForge)
+    return block

@@ -6,6 +6,7 @@ A 401/403 names ``FORGEJO_BOT_ID``: a repository-scoped token cannot read its ow
 from __future__ import annotations
 
 from pidispatch.forges.forgejo import FORGE
+from pidispatch.forges.forgejo.config import block_of
 from pidispatch.forges.route import IdentityAsk
 
 NAME = FORGE.name
@@ -14,7 +15,7 @@ DENIED = ("a repository-scoped token cannot read its own user: set FORGEJO_BOT_I
 
 
 async def resolve(calls: IdentityAsk) -> int:
-    cfg = calls.config.forgejo
+    cfg = block_of(calls.config)
     assert cfg.token is not None
     body = await calls.json(NAME, "GET /api/v1/user", f"{cfg.url}/api/v1/user",
                             {"Authorization": f"token {cfg.token.reveal()}"}, denied=DENIED)

@@ -13,6 +13,7 @@ from pidispatch.forges.forgejo import FORGE, identity
 from pidispatch.forges.forgejo import match as forgejo_match
 from pidispatch.forges.forgejo import payload as forgejo_payload
 from pidispatch.forges.forgejo.authority import ForgejoPermission, may_write
+from pidispatch.forges.forgejo.config import block_of
 from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
@@ -55,7 +56,7 @@ class ForgejoRoute(RouteDefaults):
         return None  # the token is in the config block
 
     def explicit_self(self, config: ForgeConfig) -> int | None:
-        return config.forgejo.bot_id
+        return block_of(config).bot_id
 
     async def resolve_self(self, calls: IdentityAsk) -> int:
         return await identity.resolve(calls)

@@ -17,6 +17,7 @@ from pidispatch.forges.client import ForgeClient
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
+from pidispatch.forges.github.config import block_of
 
 
 class GithubApi(ForgeClient):
@@ -25,7 +26,7 @@ class GithubApi(ForgeClient):
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession,
                  auth: GithubAuth | None) -> None:
-        super().__init__(job, http, config.github.api_url)
+        super().__init__(job, http, block_of(config).api_url)
         owner, name = owner_name(job)
         self.auth, self.repo_url = auth, f"{self.api_base}/repos/{seg(owner)}/{seg(name)}"
 
@@ -64,7 +65,7 @@ class GithubWorker:
     """One ``GithubAuth`` per worker, shared by every job: an App's key and JWT are loaded once."""
 
     def start(self, config: ForgeConfig, http: aiohttp.ClientSession, clock: EpochMsClock) -> MakeClient:
-        auth = GithubAuth(config, http, clock) if config.github.configured else None
+        auth = GithubAuth(config, http, clock) if block_of(config).configured else None
 
         def make(job: Job) -> GithubApi:
             return GithubApi(job, config, http, auth)

@@ -27,7 +27,7 @@ from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.runtime import EpochMsClock, now_ms
 from pidispatch.common.secret import Secret
 from pidispatch.forges.config import ForgeConfig
-from pidispatch.forges.github.config import GITHUB_API_DEFAULT, GithubForge
+from pidispatch.forges.github.config import GITHUB_API_DEFAULT, GithubForge, block_of
 from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
 
 API_VERSION = "2022-11-28"
@@ -132,7 +132,7 @@ class GithubAuth:
         *,
         gh_path: str = "gh",
     ) -> None:
-        self.config = config.github if isinstance(config, ForgeConfig) else config
+        self.config = block_of(config) if isinstance(config, ForgeConfig) else config
         self.http, self.clock, self.gh_path = http, clock, gh_path
         self._key: rsa.RSAPrivateKey | None = None
         self._jwt: tuple[str, int] | None = None  # (jwt, exp seconds)

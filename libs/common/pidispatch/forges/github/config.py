@@ -14,7 +14,9 @@ import msgspec
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
+from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.envread import ENV_NAME_RE, get, http_url, positive_id, secret
+from pidispatch.forges.github import FORGE
 
 GITHUB_API_DEFAULT = "https://api.github.com"
 AUTH_SOURCES = ("gh", "pat", "app")
@@ -102,3 +104,9 @@ def load(env: Mapping[str, str]) -> GithubForge:
         self_id=self_id,
     )
 
+
+def block_of(config: ForgeConfig) -> GithubForge:
+    """This forge's block of ``config``, typed."""
+    block = config.block(FORGE.name)
+    assert isinstance(block, GithubForge)
+    return block

@@ -15,6 +15,7 @@ import yarl
 from pidispatch.common.errors import ConfigError
 from pidispatch.forges.github import FORGE
 from pidispatch.forges.github.auth import GithubAuth, GithubAuthUnavailable, api_headers
+from pidispatch.forges.github.config import block_of
 from pidispatch.forges.identity import IdentityTransient
 from pidispatch.forges.route import IdentityAsk
 
@@ -29,7 +30,7 @@ async def _token(auth: GithubAuth, **kwargs: Any) -> str:
 
 
 async def resolve(calls: IdentityAsk) -> int:
-    cfg = calls.config.github
+    cfg = block_of(calls.config)
     auth = calls.sources.get(NAME)
     if not isinstance(auth, GithubAuth):
         raise ConfigError(f"could not resolve the {NAME} identity without GitHub auth; check "

@@ -14,6 +14,7 @@ from pidispatch.forges.github import match as github_match
 from pidispatch.forges.github import payload as github_payload
 from pidispatch.forges.github.auth import GithubAuth
 from pidispatch.forges.github.authority import GithubCloser, may_close
+from pidispatch.forges.github.config import block_of
 from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
@@ -66,10 +67,10 @@ class GitHubRoute(RouteDefaults):
         return await may_close(question, authority)
 
     def token_source(self, config: ForgeConfig, http: aiohttp.ClientSession) -> GithubAuth | None:
-        return GithubAuth(config, http) if config.github.configured else None
+        return GithubAuth(config, http) if block_of(config).configured else None
 
     def explicit_self(self, config: ForgeConfig) -> int | None:
-        return config.github.self_id
+        return block_of(config).self_id
 
     async def resolve_self(self, calls: IdentityAsk) -> int:
         return await identity.resolve(calls)

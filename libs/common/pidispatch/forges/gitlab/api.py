@@ -11,6 +11,7 @@ from pidispatch.forges.check import check_branch, seg, segment_ok, target_of
 from pidispatch.forges.client import ForgeClient, PlainForge
 from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.gitlab import FORGE
+from pidispatch.forges.gitlab.config import block_of
 
 
 class GitlabApi(ForgeClient):
@@ -18,8 +19,8 @@ class GitlabApi(ForgeClient):
     variables = FORGE.credentials_hint
 
     def __init__(self, job: Job, config: ForgeConfig, http: aiohttp.ClientSession) -> None:
-        super().__init__(job, http, config.gitlab.url)
-        self.token = config.gitlab.token
+        super().__init__(job, http, block_of(config).url)
+        self.token = block_of(config).token
         pid = job.project_id
         if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
             project = str(pid)

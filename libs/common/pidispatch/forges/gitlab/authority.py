@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pidispatch.forges.authority import CannotAnswer, is_int
 from pidispatch.forges.gitlab import FORGE
+from pidispatch.forges.gitlab.config import block_of
 from pidispatch.forges.route import AuthorityCalls
 from pidispatch.triggers.lookup import Question
 
@@ -22,7 +23,7 @@ class GitlabMember(Question, frozen=True, kw_only=True):
 async def is_developer(q: GitlabMember, authority: AuthorityCalls) -> bool:
     if not is_int(q.project_id) or not is_int(q.user_id) or q.project_id < 1 or q.user_id < 1:
         return False
-    cfg = authority.config.gitlab
+    cfg = block_of(authority.config)
     if cfg.token is None:
         raise CannotAnswer("not-configured")
     # members/all includes access inherited from parent groups, which is how most orgs grant it.

@@ -12,7 +12,9 @@ import msgspec
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
+from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.envread import get, http_url, positive_id, secret
+from pidispatch.forges.gitlab import FORGE
 
 GITLAB_URL_DEFAULT = "https://gitlab.com"
 
@@ -37,3 +39,9 @@ def load(env: Mapping[str, str]) -> GitlabForge:
                           "GitLab for every delivery's access level), or neither")
     return GitlabForge(url=url, token=token, self_id=self_id)
 
+
+def block_of(config: ForgeConfig) -> GitlabForge:
+    """This forge's block of ``config``, typed."""
+    block = config.block(FORGE.name)
+    assert isinstance(block, GitlabForge)
+    return block

@@ -13,6 +13,7 @@ from pidispatch.forges.gitlab import FORGE, identity
 from pidispatch.forges.gitlab import match as gitlab_match
 from pidispatch.forges.gitlab import payload as gitlab_payload
 from pidispatch.forges.gitlab.authority import GitlabMember, is_developer
+from pidispatch.forges.gitlab.config import block_of
 from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
@@ -56,7 +57,7 @@ class GitLabRoute(RouteDefaults):
         return None  # the token is in the config block
 
     def explicit_self(self, config: ForgeConfig) -> int | None:
-        return config.gitlab.self_id
+        return block_of(config).self_id
 
     async def resolve_self(self, calls: IdentityAsk) -> int:
         return await identity.resolve(calls)
