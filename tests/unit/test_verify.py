@@ -17,15 +17,14 @@ from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from pidispatch.forges import receive, refusals, verify
-from pidispatch.forges.verify import (
-    NO_MATCH,
+from pidispatch.forges.azure import verify as azure_verify
+from pidispatch.forges.gitlab import verify as gitlab_verify
+from pidispatch.forges.gitlab.verify import (
     decode_gitlab_signing_key,
-    github_signature_ok,
     gitlab_signature_match,
     gitlab_token_match,
-    hmac_hex_match,
-    token_digest,
 )
+from pidispatch.forges.verify import NO_MATCH, github_signature_ok, hmac_hex_match, token_digest
 from tests.support.receiver import github_signature, standard_webhooks_signature
 
 # GitHub's documented example (docs: "Validating webhook deliveries").
@@ -376,14 +375,14 @@ def test_json_object(body: bytes, ok: bool) -> None:
     ],
 )
 def test_gitlab_object_kind(body: bytes, kind: str | None) -> None:
-    read = verify.read_gitlab_body(body)
+    read = gitlab_verify.read_gitlab_body(body)
     assert read is not None
     assert read.object_kind == kind
 
 
 @pytest.mark.parametrize("body", [b"[]", b'{"object_kind":"issue"', b'{"object_kind":"\xff"}', b""])
 def test_gitlab_body_that_is_not_a_json_object(body: bytes) -> None:
-    assert verify.read_gitlab_body(body) is None
+    assert gitlab_verify.read_gitlab_body(body) is None
 
 
 @pytest.mark.parametrize(
@@ -397,14 +396,14 @@ def test_gitlab_body_that_is_not_a_json_object(body: bytes) -> None:
     ],
 )
 def test_azure_body_head(body: bytes, delivery: str | None, event_type: str | None) -> None:
-    read = verify.read_azure_body(body)
+    read = azure_verify.read_azure_body(body)
     assert read is not None
     assert (read.id, read.event_type) == (delivery, event_type)
 
 
 @pytest.mark.parametrize("body", [b"[]", b'"id"', b'{"id":"a"', b'{"id":"\xc3"}'])
 def test_azure_body_that_is_not_a_json_object(body: bytes) -> None:
-    assert verify.read_azure_body(body) is None
+    assert azure_verify.read_azure_body(body) is None
 
 
 @pytest.mark.parametrize(
@@ -419,5 +418,5 @@ def test_azure_body_that_is_not_a_json_object(body: bytes) -> None:
 def test_json_nested_deeper_than_the_decoder_goes_is_not_a_json_object(body: bytes) -> None:
     """A recursion limit in the decoder is an invalid body (400), never an error (500)."""
     assert verify.is_json_object(body) is False
-    assert verify.read_gitlab_body(body) is None
-    assert verify.read_azure_body(body) is None
+    assert gitlab_verify.read_gitlab_body(body) is None
+    assert azure_verify.read_azure_body(body) is None

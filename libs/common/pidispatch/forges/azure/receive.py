@@ -15,13 +15,13 @@ from pidispatch.common.settings import Settings
 from pidispatch.forges.armconfig import ArmConfig, first_present, required, with_previous
 from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.azure import FORGE
+from pidispatch.forges.azure.verify import read_azure_body
 from pidispatch.forges.receive import ReceiverForge
 from pidispatch.forges.refusals import ENQUEUE_FAILED, INVALID_JSON, ReceiverRefusal, Table, json_refusal
 from pidispatch.forges.verify import (
     NO_MATCH,
     digest_match,
     is_json_media_type,
-    read_azure_body,
     token_digest,
     too_large,
     valid_delivery_id,

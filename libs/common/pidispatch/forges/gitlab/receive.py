@@ -14,6 +14,12 @@ from pidispatch.common.settings import Settings
 from pidispatch.forges.armconfig import ArmConfig, first_present, required, with_previous
 from pidispatch.forges.arms import CONTENT_TYPE, Arm, Classification, RequestHead
 from pidispatch.forges.gitlab import FORGE
+from pidispatch.forges.gitlab.verify import (
+    decode_gitlab_signing_key,
+    gitlab_signature_match,
+    gitlab_token_match,
+    read_gitlab_body,
+)
 from pidispatch.forges.receive import ReceiverForge
 from pidispatch.forges.refusals import (
     DEFAULT_TABLE,
@@ -24,16 +30,7 @@ from pidispatch.forges.refusals import (
     ReceiverRefusal,
     json_refusal,
 )
-from pidispatch.forges.verify import (
-    decode_gitlab_signing_key,
-    gitlab_signature_match,
-    gitlab_token_match,
-    is_json_media_type,
-    read_gitlab_body,
-    token_digest,
-    too_large,
-    valid_delivery_id,
-)
+from pidispatch.forges.verify import is_json_media_type, token_digest, too_large, valid_delivery_id
 
 # GitLab routes on the body's object_kind; X-Gitlab-Event only has to be present.
 GITLAB_OBJECT_KINDS = frozenset({"issue", "merge_request", "note"})
