@@ -3,7 +3,9 @@ config block that is keyed by forge covers every entry (adding a forge cannot le
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -54,8 +56,20 @@ def test_entries_are_well_formed() -> None:
         assert set(f.token_vars) <= RESERVED_SECRET_NAMES
 
 
-def test_the_token_variables_below_the_forges_are_every_forges_own() -> None:
+def test_the_variable_inventories_below_the_forges_are_every_forges_own() -> None:
     assert sorted(envnames.FORGE_TOKEN_VARS) == sorted(v for f in FORGES for v in f.token_vars)
+    assert sorted(envnames.FORGE_SETTINGS_VARS) == sorted(v for f in FORGES for v in f.settings_vars)
+    for f in FORGES:
+        assert {f.webhook_secret_var, f"{f.webhook_secret_var}_PREVIOUS"} <= set(f.settings_vars)
+
+
+def test_every_variable_a_forge_reads_is_in_its_settings_vars() -> None:
+    for f in FORGES:
+        folder = Path(__file__).resolve().parents[2] / "libs/common/pidispatch/forges" / f.name
+        read = {m for p in ("config.py", "receive.py", "auth.py") if (folder / p).exists()
+                for m in re.findall(r'"([A-Z][A-Z0-9_]{3,})"', (folder / p).read_text())}
+        read -= {"POST", "RS256", *f.token_vars}
+        assert read <= set(f.settings_vars), f.name
 
 
 def test_every_table_covers_every_forge() -> None:

@@ -12,6 +12,18 @@ from pidispatch.common.errors import ConfigError
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# Every variable the forges' config and receive parts read (each forge's ``settings_vars`` names its own; a
+# test holds the union equal), for the start-up check of what an operator set.
+FORGE_SETTINGS_VARS = (
+    "WEBHOOK_SECRET", "WEBHOOK_SECRET_PREVIOUS", "GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_PAT_VAR",
+    "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID", "GITHUB_APP_PRIVATE_KEY", "GITHUB_APP_PRIVATE_KEY_PATH",
+    "GITHUB_API_URL", "GITHUB_SELF_ID", "GITLAB_WEBHOOK_MODE", "GITLAB_WEBHOOK_SECRET",
+    "GITLAB_WEBHOOK_SECRET_PREVIOUS", "GITLAB_URL", "GITLAB_TOKEN", "GITLAB_SELF_ID",
+    "FORGEJO_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET_PREVIOUS", "FORGEJO_URL", "FORGEJO_TOKEN",
+    "FORGEJO_BOT_ID", "AZURE_WEBHOOK_MODE", "AZURE_WEBHOOK_SECRET", "AZURE_WEBHOOK_SECRET_PREVIOUS",
+    "AZURE_WEBHOOK_HEADER", "AZURE_ORG_URL", "AZURE_TOKEN", "AZURE_GRAPH_URL", "AZURE_SELF_ID",
+    "AZURE_SELF_EMAIL",
+)
 # Every variable a job's minted forge token may go in (each forge's ``token_vars`` names its own; a test
 # holds the two equal). Listed here, below the forges, because settings and triggers refuse them too.
 FORGE_TOKEN_VARS = (

@@ -17,6 +17,7 @@ import msgspec
 
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.secret import Secret
+from pidispatch.forges import FORGES
 
 
 class ArmConfig(Protocol):
@@ -63,9 +64,7 @@ def with_previous(env: Mapping[str, str], name: str, current: str) -> tuple[str,
 
 # Every variable that holds a webhook secret (each forge's, and each one's rotation partner).
 WEBHOOK_SECRET_VARS = tuple(
-    f"{name}{suffix}"
-    for name in ("WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET", "AZURE_WEBHOOK_SECRET")
-    for suffix in ("", "_PREVIOUS")
+    f"{forge.webhook_secret_var}{suffix}" for forge in FORGES for suffix in ("", "_PREVIOUS")
 )
 SECRET_MIN_CHARS = 16
 

@@ -32,6 +32,10 @@ class Forge:
     # Its pull requests number apart from issues, so a PR reference uses "!" rather than "#".
     bang_pr: bool = False
     git_username: str  # offered to git with a minted token as the password
+    # Every variable its config and receive parts read (below the forges, common.envnames.FORGE_SETTINGS_VARS
+    # lists their union for the start-up check; a test holds the two equal).
+    settings_vars: tuple[str, ...]
+    webhook_secret_var: str  # its webhook secret; the rotation partner is the same name + _PREVIOUS
     token_vars: tuple[str, ...]  # every container variable that carries the job's minted token
     credentials_hint: str  # what an operator sets to give it API credentials
     self_id_var: str  # the variable(s) that name the harness's own account there, skipping the lookup

@@ -112,7 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="consume pd:events, match triggers.json, enqueue jobs",
         description="Route verified forge events to jobs. Env: REDIS_URL, VALKEY_PASSWORD or REDIS_PASSWORD, "
         "PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
-        "forge credentials (GITHUB_AUTH_SOURCE, GITLAB_TOKEN, FORGEJO_TOKEN, AZURE_TOKEN, ...), "
+        f"forge credentials ({'; '.join(f.credentials_hint for f in FORGES)}), "
         "PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, PD_MAX_DELIVERIES, "
         "PD_EVENTS_MAXLEN.",
     )

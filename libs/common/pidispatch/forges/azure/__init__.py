@@ -15,6 +15,12 @@ FORGE = Forge(
     job_id_prefix="az-",
     bang_pr=True,
     git_username="pi-dispatch",
+    settings_vars=(
+        "AZURE_WEBHOOK_MODE", "AZURE_WEBHOOK_SECRET", "AZURE_WEBHOOK_SECRET_PREVIOUS",
+        "AZURE_WEBHOOK_HEADER", "AZURE_ORG_URL", "AZURE_TOKEN", "AZURE_GRAPH_URL", "AZURE_SELF_ID",
+        "AZURE_SELF_EMAIL",
+    ),
+    webhook_secret_var="AZURE_WEBHOOK_SECRET",
     token_vars=("AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN"),
     credentials_hint="AZURE_ORG_URL and AZURE_TOKEN",
     self_id_var="AZURE_SELF_ID/AZURE_SELF_EMAIL",

@@ -14,6 +14,11 @@ FORGE = Forge(
     path="/forgejo",
     job_id_prefix="fj-",
     git_username="pi-dispatch",
+    settings_vars=(
+        "FORGEJO_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET_PREVIOUS", "FORGEJO_URL", "FORGEJO_TOKEN",
+        "FORGEJO_BOT_ID",
+    ),
+    webhook_secret_var="FORGEJO_WEBHOOK_SECRET",
     token_vars=("FORGEJO_TOKEN", "GITEA_SERVER_TOKEN"),
     credentials_hint="FORGEJO_URL and FORGEJO_TOKEN",
     self_id_var="FORGEJO_BOT_ID",

@@ -15,6 +15,12 @@ FORGE = Forge(
     fallthrough=True,
     job_id_prefix="gh-",
     git_username="x-access-token",
+    settings_vars=(
+        "WEBHOOK_SECRET", "WEBHOOK_SECRET_PREVIOUS", "GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_PAT_VAR",
+        "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID", "GITHUB_APP_PRIVATE_KEY",
+        "GITHUB_APP_PRIVATE_KEY_PATH", "GITHUB_API_URL", "GITHUB_SELF_ID",
+    ),
+    webhook_secret_var="WEBHOOK_SECRET",
     token_vars=("GITHUB_TOKEN", "GH_TOKEN"),
     credentials_hint="GITHUB_AUTH_SOURCE (gh, pat or app) and its credentials",
     self_id_var="GITHUB_SELF_ID",

@@ -15,6 +15,11 @@ FORGE = Forge(
     job_id_prefix="gl-",
     bang_pr=True,
     git_username="oauth2",
+    settings_vars=(
+        "GITLAB_WEBHOOK_MODE", "GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS", "GITLAB_URL",
+        "GITLAB_TOKEN", "GITLAB_SELF_ID",
+    ),
+    webhook_secret_var="GITLAB_WEBHOOK_SECRET",
     token_vars=("GITLAB_TOKEN", "GL_TOKEN"),
     credentials_hint="GITLAB_TOKEN (and GITLAB_URL for a self-hosted instance)",
     self_id_var="GITLAB_SELF_ID",
