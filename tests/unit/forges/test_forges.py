@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from pidispatch.triggers.jobs import JOB_ID_PREFIX
 from pidispatch.triggers.loader import FORGE_KINDS, PR_ACTIONS, parse_triggers
 from pidispatch.worker.engine.environment import FORGE_TOKEN_VARS
 from pidispatch.worker.ladder import GIT_USERNAMES
+from tests.support.sources import ROOT
 
 
 def unique(values: list[str]) -> bool:
@@ -65,7 +65,7 @@ def test_the_variable_inventories_below_the_forges_are_every_forges_own() -> Non
 
 def test_every_variable_a_forge_reads_is_in_its_settings_vars() -> None:
     for f in FORGES:
-        folder = Path(__file__).resolve().parents[2] / "libs/common/pidispatch/forges" / f.name
+        folder = ROOT / "libs/common/pidispatch/forges" / f.name
         read = {m for p in ("config.py", "receive.py", "auth.py") if (folder / p).exists()
                 for m in re.findall(r'"([A-Z][A-Z0-9_]{3,})"', (folder / p).read_text())}
         read -= {"POST", "RS256", *f.token_vars}

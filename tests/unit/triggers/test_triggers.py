@@ -24,6 +24,7 @@ from pidispatch.triggers.loader import (
 from pidispatch.triggers.match.predicate import Predicate
 from pidispatch.triggers.rules import CloseRule, ForgeGroup, PullRequestRule, RunSpec
 from pidispatch.triggers.runfields import RUN_KEYS
+from tests.support.sources import ROOT
 
 CRON = {"on": {"type": "cron", "id": "nightly", "pattern": "0 3 * * *"},
         "run": {"kind": "local", "folder": "/srv/app", "task": "tidy", "flow": "tidy"}}
@@ -494,7 +495,7 @@ def test_rules_ref_swaps_in_one_step() -> None:
 
 # --- example files --------------------------------------------------------------------------------------
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "triggers"
+EXAMPLES = ROOT / "tests" / "fixtures" / "triggers"
 
 
 def test_an_example_using_every_honoured_field_loads() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,8 @@ from pidispatch.common.unsupported import (
     allowed_unsupported,
     check_environment,
 )
+from tests.support.sources import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(p for top in ("libs", "services") for p in (ROOT / top).glob("*/pidispatch/**/*.py"))
 TABLE = ROOT / "libs" / "common" / "pidispatch" / "common" / "unsupported.py"
 # Honoured here, read by code arriving on another branch at the same time.
