@@ -154,7 +154,7 @@ async def bridge_address() -> str:
 
 @pytest.fixture
 async def stack(tmp_path: Path, test_image: str) -> AsyncIterator[Stack]:
-    require_built(SERVICE_IMAGE, ".venv/bin/pi-dispatch service-image build", required=REQUIRE,
+    require_built(SERVICE_IMAGE, "service-image", required=REQUIRE,
                   flag="PD_REQUIRE_DEPLOY")
     project = f"pdcheck{os.getpid()}"
     data, config = tmp_path / "data", tmp_path / "config"

@@ -48,7 +48,7 @@ KEY = "gsk-standin-0123456789abcdef"
 def agent_image(docker_available: bool) -> str:
     if not docker_available:
         pytest.fail("no Docker daemon") if REQUIRE else pytest.skip("no Docker daemon reachable")
-    return require_built(AGENT_IMAGE, ".venv/bin/pi-dispatch job-image build", required=REQUIRE,
+    return require_built(AGENT_IMAGE, "job-image", required=REQUIRE,
                          flag="PD_REQUIRE_AGENT_IMAGE")
 
 

@@ -114,6 +114,21 @@ async def report(what: str, tag: str, started: float, verb: str) -> None:
     print(f"{what}: {tag} {verb}: {shown}, {time.monotonic() - started:.0f} s")
 
 
+async def check_current(what: str, tag: str, files: Mapping[str, bytes], bases: Sequence[str]) -> int:
+    """``build --check``: 0 when ``tag`` was built from exactly these inputs (on the bases here now), else
+    1, saying which; builds nothing."""
+    base_ids = [await image_id(ref) or ref for ref in dict.fromkeys(bases)]
+    hash_ = build_hash(files, base_ids)
+    code, label = await capture("docker", "image", "inspect", "-f",
+                                f'{{{{index .Config.Labels "{BUILD_HASH_LABEL}"}}}}', tag)
+    if code == 0 and label == hash_:
+        print(f"{what}: {tag} is up to date (build hash {hash_})")
+        return 0
+    state = "is not built" if code != 0 else f"was built from other inputs (build hash {label or 'none'})"
+    print(f"{what}: {tag} {state}; this tree builds {hash_}: run pi-dispatch {what} build")
+    return 1
+
+
 async def build_unless_built(
     what: str, tag: str, files: Mapping[str, bytes], bases: Sequence[str],
     argv: Callable[[str, Path], list[str]], started: float,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.dev.imagebuild import EXTRA_CA_NAME, build_unless_built, stream
+from pidispatch.dev.imagebuild import EXTRA_CA_NAME, build_unless_built, check_current, stream
 
 DEFAULT_TAG = "pi-job:latest"
 DEFAULT_BASE = "pd-job-base:trixie"
@@ -90,10 +90,12 @@ async def build(args: argparse.Namespace) -> int:
     image_dir = await asyncio.to_thread(find_image_dir)
     if shutil.which("docker") is None:
         raise InfraError("docker not found on PATH; job-image build needs the docker CLI and daemon")
+    files = await asyncio.to_thread(context_files, image_dir)
+    if args.check:
+        return await check_current("job-image", plan_.tag, files, [plan_.base, plan_.runtime])
     started = time.monotonic()
     if plan_.build_base:
         await stream(["sh", str(image_dir / BASE_SCRIPT)], BASE_SCRIPT)
-    files = await asyncio.to_thread(context_files, image_dir)
     # The Dockerfile's build stage hands the context's CA bundle to npm; the final stage never sees it.
     await build_unless_built(
         "job-image", plan_.tag, files, [plan_.base, plan_.runtime],
@@ -118,4 +120,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--runtime", default=None, help="image for the final stage (default: the same as --base)"
     )
     b.add_argument("--tag", default=DEFAULT_TAG, help=f"the image's tag (default {DEFAULT_TAG})")
+    b.add_argument("--check", action="store_true",
+                   help="build nothing: exit 0 when the image is current for this tree, else 1")
     b.set_defaults(func=build)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.dev.imagebuild import build_unless_built, stream
+from pidispatch.dev.imagebuild import build_unless_built, check_current, stream
 
 DEFAULT_TAG = "pi-dispatch:latest"
 DEFAULT_BASE = "pd-service-base:bookworm"
@@ -90,10 +90,12 @@ async def build(args: argparse.Namespace) -> int:
     root = await asyncio.to_thread(find_root)
     if shutil.which("docker") is None:
         raise InfraError("docker not found on PATH; service-image build needs the docker CLI and daemon")
+    files = await asyncio.to_thread(context_files, root)
+    if args.check:
+        return await check_current("service-image", plan_.tag, files, [plan_.base])
     started = time.monotonic()
     if plan_.build_base:
         await stream(["sh", str(root / BASE_SCRIPT)], BASE_SCRIPT.name)
-    files = await asyncio.to_thread(context_files, root)
     await build_unless_built(
         "service-image", plan_.tag, files, [plan_.base],
         lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context), started,
@@ -115,4 +117,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "(default: the Debian base from images/service/build-base.sh)",
     )
     b.add_argument("--tag", default=DEFAULT_TAG, help=f"the image's tag (default {DEFAULT_TAG})")
+    b.add_argument("--check", action="store_true",
+                   help="build nothing: exit 0 when the image is current for this tree, else 1")
     b.set_defaults(func=build)
