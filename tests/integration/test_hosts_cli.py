@@ -12,7 +12,7 @@ from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms
-from pidispatch.router import commands
+from pidispatch.console import hosts as commands
 from tests.support.cli import Cli
 
 
