@@ -91,7 +91,7 @@ async def test_a_taken_port_is_an_infra_error_naming_the_variable() -> None:
         with pytest.raises(InfraError) as info:
             await Monitor(port, list, service_registry("worker")).start()
     message = str(info.value)
-    assert message.startswith(f"cannot listen on PD_METRICS_PORT 0.0.0.0:{port}")
+    assert message.startswith(f"cannot listen on PD_METRICS_PORT 127.0.0.1:{port}")
     assert "\n" not in message
 
 

@@ -17,6 +17,8 @@ from pidispatch.common.unsupported import (
     UNSUPPORTED,
     allowed_unsupported,
     check_environment,
+    unknown_line,
+    unknown_variables,
 )
 from tests.support.sources import ROOT
 
@@ -108,3 +110,33 @@ def test_every_variable_a_loader_reads_is_in_the_honoured_table() -> None:
     read = {name for p in SOURCES if p != TABLE for name in READ.findall(p.read_text())}
     assert len(read) > 40
     assert sorted(read - set(HONOURED) - SYSTEM) == []
+
+
+def test_every_unimplemented_variable_set_is_named_in_one_refusal() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings({"PI_SANDBOX_DIR": "/x", "PI_SESSIONS_DIR": "/y"})
+    text = str(err.value)
+    assert text.startswith(
+        "PI_SANDBOX_DIR, PI_SESSIONS_DIR are set but pi-dispatch does not implement them ("
+    )
+    assert "\n" not in text
+
+
+def test_a_misspelled_variable_is_named_with_the_one_meant() -> None:
+    env = {"PI_CONCURENCY": "3", "PI_DAILY_CAPP": "1", "PD_NOT_A_THING": "1", "GITHUB_SHA": "abc",
+           "PI_CONCURRENCY": "3", "HOME": "/root"}
+    assert unknown_variables(env) == [
+        ("PD_NOT_A_THING", None), ("PI_CONCURENCY", "PI_CONCURRENCY"), ("PI_DAILY_CAPP", "PI_DAILY_CAP"),
+    ]
+    assert unknown_line(unknown_variables({"PI_CONCURENCY": "3"})) == (
+        "unknown variable PI_CONCURENCY (did you mean PI_CONCURRENCY?): no process of pi-dispatch reads it"
+    )
+
+
+def test_unknown_variables_are_a_warning_line_at_start_not_a_refusal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    load_settings({"PI_CONCURENCY_TYPO_ONCE": "3"})
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert line["event"] == "unknown_variable" and line["level"] == "warning"
+    assert line["names"] == ["PI_CONCURENCY_TYPO_ONCE"]

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 
-from pidispatch.common.errors import ConfigError
 from pidispatch.common.models import RunRecord
 from pidispatch.common.registry import HostRow
 from pidispatch.console import statushtml as h
 from pidispatch.console.events import Delivery
 from pidispatch.console.statusdata import DeliveryTrace, Overview, QueueRow, RunRow
-from pidispatch.console.statuspage import authorized, check_exposure, web_credentials
 from pidispatch.triggers.decisions import Decided
 
 EVIL = "<script>alert(1)</script>"
@@ -101,33 +97,3 @@ def test_duration(started: str, ended: str, shown: str | None) -> None:
     assert h.duration(started, ended) == shown
 
 
-def test_credentials_go_together() -> None:
-    assert web_credentials({}) is None
-    user, secret = web_credentials({"PD_WEB_USER": "ops", "PD_WEB_PASSWORD": "pw"}) or ("", None)
-    assert user == "ops" and secret is not None and secret.reveal() == "pw" and "pw" not in repr(secret)
-    for env in ({"PD_WEB_USER": "ops"}, {"PD_WEB_PASSWORD": "pw"}):
-        with pytest.raises(ConfigError, match="PD_WEB_USER and PD_WEB_PASSWORD go together"):
-            web_credentials(env)
-
-
-def test_beyond_loopback_needs_credentials() -> None:
-    for bind in ("127.0.0.1", "127.1.2.3", "::1", "localhost"):
-        check_exposure(bind, None)
-    for bind in ("0.0.0.0", "::", "192.168.1.5", "example.org"):
-        with pytest.raises(ConfigError, match=r"PD_WEB_USER/PD_WEB_PASSWORD are unset"):
-            check_exposure(bind, None)
-        check_exposure(bind, object())
-
-
-def test_authorized_needs_both_exactly() -> None:
-    creds = web_credentials({"PD_WEB_USER": "ops", "PD_WEB_PASSWORD": "p:w"})
-    assert creds is not None
-
-    def basic(pair: str) -> str:
-        return "Basic " + base64.b64encode(pair.encode()).decode()
-
-    assert authorized(basic("ops:p:w"), creds)
-    assert authorized(basic("ops:p:w").replace("Basic", "basic"), creds)
-    for header in (None, "", basic("ops:p"), basic("ops:p:w2"), basic("opsp:w"), basic("op:p:w"),
-                   "Bearer x", "Basic %%%"):
-        assert not authorized(header, creds), header

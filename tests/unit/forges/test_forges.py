@@ -59,8 +59,10 @@ def test_entries_are_well_formed() -> None:
 def test_the_variable_inventories_below_the_forges_are_every_forges_own() -> None:
     assert sorted(envnames.FORGE_TOKEN_VARS) == sorted(v for f in FORGES for v in f.token_vars)
     assert sorted(envnames.FORGE_SETTINGS_VARS) == sorted(v for f in FORGES for v in f.settings_vars)
+    assert sorted(envnames.FORGE_SECRET_VARS) == sorted(v for f in FORGES for v in f.secret_vars)
     for f in FORGES:
-        assert {f.webhook_secret_var, f"{f.webhook_secret_var}_PREVIOUS"} <= set(f.settings_vars)
+        assert {f.webhook_secret_var, f"{f.webhook_secret_var}_PREVIOUS"} <= set(f.secret_vars)
+        assert set(f.secret_vars) <= set(f.settings_vars)
 
 
 def test_every_variable_a_forge_reads_is_in_its_settings_vars() -> None:

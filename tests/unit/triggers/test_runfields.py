@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from pidispatch.common.envnames import RESERVED_SECRET_NAMES
 from pidispatch.common.errors import ConfigError
 from pidispatch.triggers.loader import Rules, parse_triggers
 from pidispatch.triggers.modelref import split_model_entry, usd_micros
 from pidispatch.triggers.rules import RunSpec
-from pidispatch.triggers.runfields import BACKENDS, REFUSED_RUN, RESERVED_SECRET_NAMES, RUN_KEYS, near_miss
+from pidispatch.triggers.runfields import BACKENDS, REFUSED_RUN, RUN_KEYS, near_miss
 from pidispatch.triggers.waitfor import after_instant_ms
 
 AFTER = "2026-09-01T09:00:00Z"

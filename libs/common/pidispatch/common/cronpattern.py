@@ -6,12 +6,20 @@ Five fields put the minute first; six put seconds first.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 REPEAT_PREFIX = "repeat:"
+# A pattern with no occurrence this far ahead is refused: it would never fire (``0 0 31 2 *``).
+HORIZON_YEARS = 4
+# PI_CRON_MIN_INTERVAL_S's default: no schedule fires more often than once a minute.
+MIN_INTERVAL_DEFAULT_S = 60
+# How far the gap check walks: enough occurrences to pass every hour, day and month boundary of a
+# pattern that fires more often than the floor allows somewhere, bounded for one that fires rarely.
+_GAP_OCCURRENCES = 1000
+_GAP_SPAN_S = 400 * 24 * 3600
 
 
 def valid_pattern(pattern: str) -> bool:
@@ -20,6 +28,33 @@ def valid_pattern(pattern: str) -> bool:
     if len(fields) not in (5, 6):
         return False
     return bool(croniter.is_valid(pattern, second_at_beginning=len(fields) == 6))
+
+
+def pattern_problem(pattern: str, floor_s: int, now_ms: int) -> str | None:
+    """Why a pattern that parses is refused, or None: no occurrence within ``HORIZON_YEARS`` of
+    ``now_ms``, or two occurrences closer than ``floor_s`` seconds (in UTC). Five fields are a minute
+    apart at least, so only a floor above 60 s or a seconds field needs the walk."""
+    six = len(pattern.split()) == 6
+    start = datetime.fromtimestamp(now_ms / 1000, UTC)
+    it = croniter(pattern, start, second_at_beginning=six, max_years_between_matches=HORIZON_YEARS)
+    try:
+        first = prev = float(it.get_next(float))
+    except CroniterBadDateError:
+        return f"has no occurrence in the next {HORIZON_YEARS} years, so it would never fire"
+    if not six and floor_s <= 60:
+        return None
+    for _ in range(_GAP_OCCURRENCES):
+        try:
+            at = float(it.get_next(float))
+        except CroniterBadDateError:
+            return None  # no further occurrence within the horizon: no closer gap either
+        if at - prev < floor_s:
+            return (f"fires {at - prev:g} s after a previous occurrence; accepted: at least "
+                    f"PI_CRON_MIN_INTERVAL_S={floor_s} s apart (lower it to allow this)")
+        if at - first > _GAP_SPAN_S:
+            return None
+        prev = at
+    return None
 
 
 def next_occurrence(pattern: str, after_ms: int, zone: ZoneInfo) -> int:

@@ -7,6 +7,7 @@ builds the closed allowlist and refuses a forwarded or resolved name that would 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from pidispatch.common.errors import ConfigError
 
@@ -36,12 +37,23 @@ EGRESS_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")
 RUNNER_INTERNAL_VARS = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
 # The Redis password for a URL without one, in the order they are read (the first set one wins).
 REDIS_PASSWORD_VARS = ("VALKEY_PASSWORD", "REDIS_PASSWORD")
-# Worker-side secrets that must never be forwarded into a job.
-WORKER_ONLY_SECRETS = (
-    "WEBHOOK_SECRET", "GITHUB_APP_PRIVATE_KEY", "GITHUB_APP_PRIVATE_KEY_PATH", "GITHUB_PAT",
-    *REDIS_PASSWORD_VARS, "REDIS_URL", "VALKEY_URL", "GITLAB_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET",
-    "AZURE_WEBHOOK_SECRET", "AZURE_TOKEN",
+# Every forge variable that holds a credential (each forge's ``secret_vars`` names its own; a test holds
+# the union equal).
+FORGE_SECRET_VARS = (
+    "WEBHOOK_SECRET", "WEBHOOK_SECRET_PREVIOUS", "GITHUB_PAT", "GITHUB_APP_PRIVATE_KEY",
+    "GITHUB_APP_PRIVATE_KEY_PATH", "GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS",
+    "GITLAB_TOKEN", "FORGEJO_WEBHOOK_SECRET", "FORGEJO_WEBHOOK_SECRET_PREVIOUS", "FORGEJO_TOKEN",
+    "AZURE_WEBHOOK_SECRET", "AZURE_WEBHOOK_SECRET_PREVIOUS", "AZURE_TOKEN",
 )
+# The variable the status page's password is read from.
+WEB_PASSWORD_VAR = "PD_WEB_PASSWORD"
+# Worker-side secrets that must never be forwarded into a job: every credential a process of this
+# project reads, and the Redis address (it may carry a password).
+WORKER_ONLY_SECRETS = (
+    *FORGE_SECRET_VARS, *REDIS_PASSWORD_VARS, "REDIS_URL", "VALKEY_URL", WEB_PASSWORD_VAR,
+)
+# A variable whose value names another variable that holds a credential (GITHUB_PAT_VAR=MY_TOKEN).
+PAT_VAR_SUFFIX = "_PAT_VAR"
 
 # The provider credential variables pi reads, in pi's order (first set one wins inside pi).
 PROVIDER_KEY_VARS: dict[str, tuple[str, ...]] = {
@@ -78,6 +90,12 @@ RESERVED_EXTRA = frozenset({
 })
 
 
+def secret_name_refused(name: str) -> bool:
+    """A name no ``run.secrets`` entry may bind, whatever the deployment: the router refuses the file
+    and the worker the job by this one rule."""
+    return not ENV_NAME_RE.fullmatch(name) or name == "__proto__" or is_reserved_name(name)
+
+
 def is_reserved_name(name: str) -> bool:
     """A name no secret or forwarded variable may take, whatever the job's provider."""
     return (
@@ -88,11 +106,13 @@ def is_reserved_name(name: str) -> bool:
     )
 
 
-def parse_forward_env(raw: str | None) -> tuple[str, ...]:
-    """``PI_FORWARD_ENV``: names copied into every job; never a token, a worker secret or a runtime name."""
+def parse_forward_env(raw: str | None, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``PI_FORWARD_ENV``: names copied into every job; never a token, a credential the worker reads
+    (the variables ``*_PAT_VAR`` in ``env`` name included) or a runtime name."""
     if raw is None:
         return ()
-    minted = set(FORGE_TOKEN_VARS)
+    named = {v.strip() for k, v in (env or {}).items() if k.endswith(PAT_VAR_SUFFIX) and v.strip()}
+    minted = {*FORGE_TOKEN_VARS, *named}
     names = [n.strip() for n in raw.split(",") if n.strip()]
     for n in names:
         if not ENV_NAME_RE.match(n):

@@ -24,7 +24,8 @@ from pidispatch.common.log import get_logger
 # The names of the dependencies that are down now ("redis", "docker"); empty when the service is ready.
 Readiness = Callable[[], Sequence[str]]
 
-BIND = "0.0.0.0"  # all interfaces, as RECEIVER_BIND's default: a container's healthcheck comes from outside
+# Loopback unless PD_METRICS_BIND says otherwise (compose opens it on its private network).
+BIND = "127.0.0.1"
 # Shared with the receiver's own /healthz and /readyz, so every service answers alike.
 OK_BODY = b'{"status":"ok"}'
 READY_BODY = b'{"status":"ready"}'
@@ -53,8 +54,10 @@ def service_registry(service: str) -> CollectorRegistry:
 class Monitor:
     """The endpoint on ``port``: ``start`` binds it (``InfraError`` when taken), ``close`` stops it."""
 
-    def __init__(self, port: int, readiness: Readiness, registry: CollectorRegistry) -> None:
-        self.port, self._readiness, self._registry = port, readiness, registry
+    def __init__(
+        self, port: int, readiness: Readiness, registry: CollectorRegistry, bind: str = BIND
+    ) -> None:
+        self.port, self._readiness, self._registry, self.bind = port, readiness, registry, bind
         self._routes: dict[str, Callable[[], web.Response]] = {
             "/healthz": self._healthz, "/readyz": self._readyz, "/metrics": self._metrics,
         }
@@ -66,13 +69,13 @@ class Monitor:
     async def start(self) -> None:
         await self._runner.setup()
         try:
-            await web.TCPSite(self._runner, BIND, self.port).start()
+            await web.TCPSite(self._runner, self.bind, self.port).start()
         except OSError as exc:
             await self._runner.cleanup()
             raise InfraError(
-                f"cannot listen on PD_METRICS_PORT {BIND}:{self.port}: {exc.strerror or exc}"
+                f"cannot listen on PD_METRICS_PORT {self.bind}:{self.port}: {exc.strerror or exc}"
             ) from None
-        get_logger().info("monitor_listening", port=self.port)
+        get_logger().info("monitor_listening", port=self.port, bind=self.bind)
 
     async def close(self) -> None:
         await self._runner.cleanup()
@@ -112,12 +115,13 @@ class Monitor:
 
 @contextlib.asynccontextmanager
 async def monitoring(
-    port: int | None, service: str, readiness: Readiness, *, registry: CollectorRegistry | None = None
+    port: int | None, service: str, readiness: Readiness, *, registry: CollectorRegistry | None = None,
+    bind: str = BIND,
 ) -> AsyncIterator[Monitor | None]:
     """The endpoint of ``service`` for the block's duration; none when ``port`` is None (unset).
     ``registry`` is the service's own (``service_registry`` plus its series); a bare one by default."""
     if port is None:
         yield None
         return
-    async with Monitor(port, readiness, registry or service_registry(service)) as monitor:
+    async with Monitor(port, readiness, registry or service_registry(service), bind) as monitor:
         yield monitor

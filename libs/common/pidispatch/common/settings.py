@@ -5,6 +5,7 @@ A bad value raises ``ConfigError`` naming the variable and what is accepted (exi
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tempfile
@@ -28,6 +29,7 @@ from pidispatch.common.configsyntax import (
     read_int,
     url_carries_password,
 )
+from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS, parse_forward_env
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
@@ -47,6 +49,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str = "info"
     # Router and worker: where /healthz, /readyz and /metrics are served (common.monitor); None = nowhere.
     metrics_port: int | None = None
+    # Where that endpoint listens: loopback unless an operator opens it (compose: its private network).
+    metrics_bind: str = "127.0.0.1"
     events_maxlen: int = 10_000
     claim_idle_ms: int = 60_000
     max_deliveries: int = 5
@@ -56,6 +60,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     receiver_port: int = 3000
     receiver_bind: str = "0.0.0.0"
     triggers_file: str = "triggers.json"
+    # The closest two occurrences of one cron trigger may come (seconds); a file breaking it is refused.
+    cron_min_interval_s: int = MIN_INTERVAL_DEFAULT_S
 
     worker_name: str = "localhost"
     worker_name_declared: bool = False
@@ -154,6 +160,7 @@ class _ReceiverPart(TypedDict):
     receiver_port: int
     receiver_bind: str
     triggers_file: str
+    cron_min_interval_s: int
 
 
 class _HostPart(TypedDict):
@@ -260,7 +267,25 @@ def _receiver_part(env: Mapping[str, str]) -> _ReceiverPart:
         receiver_port=_int(env, "RECEIVER_PORT", 3000, 1, 65535),
         receiver_bind=_get(env, "RECEIVER_BIND") or "0.0.0.0",
         triggers_file=_get(env, "PI_TRIGGERS_FILE") or "triggers.json",
+        cron_min_interval_s=cron_min_interval(env),
     )
+
+
+def _metrics_bind(env: Mapping[str, str]) -> str:
+    """``PD_METRICS_BIND``: one IP address to listen on (default 127.0.0.1)."""
+    raw = _get(env, "PD_METRICS_BIND")
+    if raw is None:
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(raw))
+    except ValueError:
+        raise ConfigError(f"PD_METRICS_BIND={raw!r} is refused; accepted: an IP address such as 127.0.0.1 "
+                          "(loopback, the default) or 0.0.0.0 (every interface)") from None
+
+
+def cron_min_interval(env: Mapping[str, str]) -> int:
+    """``PI_CRON_MIN_INTERVAL_S``: whole seconds, 1 to a day (default 60)."""
+    return _int(env, "PI_CRON_MIN_INTERVAL_S", MIN_INTERVAL_DEFAULT_S, 1, 86_400)
 
 
 def _host_part(env: Mapping[str, str]) -> _HostPart:
@@ -345,7 +370,7 @@ def _agent_part(env: Mapping[str, str]) -> _AgentPart:
         max_turns=_int(env, "PI_MAX_TURNS", 30, 1, 10_000),
         max_tokens=_optional_int(env, "PI_MAX_TOKENS", 1, 10**12),
         allowed_models=allowed,
-        forward_env=parse_forward_env(_get(env, "PI_FORWARD_ENV")),
+        forward_env=parse_forward_env(_get(env, "PI_FORWARD_ENV"), env),
         secret_profiles=parse_profiles("PI_SECRET_PROFILES", _get(env, "PI_SECRET_PROFILES")),
         secret_resolve_timeout_s=resolve_ms / 1000,
         model_base_url=parse_base_url("PI_MODEL_BASE_URL", _get(env, "PI_MODEL_BASE_URL")),
@@ -357,7 +382,8 @@ def _agent_part(env: Mapping[str, str]) -> _AgentPart:
 _READERS: dict[str, Callable[[Mapping[str, str]], Mapping[str, object]]] = {
     "store": _store_part,
     "log": lambda e: {"log_level": _log_level(e)},
-    "metrics": lambda e: {"metrics_port": _optional_int(e, "PD_METRICS_PORT", 1, 65535)},
+    "metrics": lambda e: {"metrics_port": _optional_int(e, "PD_METRICS_PORT", 1, 65535),
+                          "metrics_bind": _metrics_bind(e)},
     "receiver": _receiver_part, "host": _host_part, "container": _container_part,
     "upkeep": _upkeep_part, "spend": _spend_part, "agent": _agent_part,
     "wait": lambda e: {"wait": load_wait_settings(e)},

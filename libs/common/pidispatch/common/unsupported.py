@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import difflib
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 import msgspec
 
-from pidispatch.common.envnames import FORGE_SETTINGS_VARS, PROVIDER_KEY_VARS
+from pidispatch.common.envnames import FORGE_SETTINGS_VARS, FORGE_TOKEN_VARS, PROVIDER_KEY_VARS
 from pidispatch.common.errors import ConfigError
 
 ALLOW_VARIABLE = "PD_ALLOW_UNSUPPORTED"
@@ -75,11 +75,12 @@ UNSUPPORTED: dict[str, str] = {
 # an allow-list naming one is told it is implemented rather than unknown.
 HONOURED: tuple[str, ...] = (
     "REDIS_URL", "VALKEY_URL", "REDIS_PASSWORD", "VALKEY_PASSWORD", "PD_KEY_PREFIX", "PD_LOG_LEVEL",
-    "PD_METRICS_PORT", "PD_WEB_USER", "PD_WEB_PASSWORD",
+    "PD_METRICS_PORT", "PD_METRICS_BIND", "PD_WEB_USER", "PD_WEB_PASSWORD",
     ALLOW_VARIABLE, "PD_EVENTS_MAXLEN", "PD_CLAIM_IDLE_MS", "PD_MAX_DELIVERIES", "PD_FAULT_INJECT",
     "PD_HALT_ON_CONFIG_ERROR",
     "RECEIVER_PORT", "RECEIVER_BIND", "PD_SPOOL_DIR", "PD_SPOOL_MAX_BYTES",
-    "PI_TRIGGERS_FILE", "PI_SCHEDULER_STALL_MAX", "PD_ROUTER_NAME", "PD_IDENTITY_RETRY_SECONDS",
+    "PI_TRIGGERS_FILE", "PI_CRON_MIN_INTERVAL_S", "PI_SCHEDULER_STALL_MAX", "PD_ROUTER_NAME",
+    "PD_IDENTITY_RETRY_SECONDS",
     *FORGE_SETTINGS_VARS,
     "PI_WORKER_NAME", "PI_CONCURRENCY", "PD_HOST_BEAT_MS", "PD_HOST_TTL_MS", "PI_JOB_IMAGE", "PI_JOB_USER",
     "PI_JOB_MEMORY", "PI_JOB_CPUS", "PI_JOB_TIMEOUT", "PI_SHUTDOWN_GRACE", "PI_LOGS_DIR", "PI_JOBS_DIR",
@@ -108,11 +109,57 @@ def allowed_unsupported(env: Mapping[str, str]) -> tuple[str, ...]:
         if name not in UNSUPPORTED:
             raise ConfigError(f"{ALLOW_VARIABLE} names {name!r}, {_not_listed(name)}")
     found = [name for name in UNSUPPORTED if (env.get(name) or "").strip()]
-    for name in found:
-        if name not in allow:
-            raise ConfigError(f"{name} is set but pi-dispatch does not implement it; {UNSUPPORTED[name]} "
-                              f"(or list it in {ALLOW_VARIABLE} to start anyway)")
+    refused = [name for name in found if name not in allow]
+    if len(refused) == 1:
+        name = refused[0]
+        raise ConfigError(f"{name} is set but pi-dispatch does not implement it; {UNSUPPORTED[name]} "
+                          f"(or list it in {ALLOW_VARIABLE} to start anyway)")
+    if refused:
+        # All of them at once: one restart per variable would be a migration by trial and error.
+        each = "; ".join(f"{name}: {UNSUPPORTED[name]}" for name in refused)
+        raise ConfigError(f"{', '.join(refused)} are set but pi-dispatch does not implement them ({each}); "
+                          f"or list them in {ALLOW_VARIABLE} to start anyway")
     return tuple(found)
+
+
+# The prefixes of this project's variables and of the forges': a set name under one of them that no
+# process reads is most likely a typo (PI_CONCURENCY) and is named at start.
+OWN_PREFIXES = ("PI_", "PD_", "GITHUB_", "GITLAB_", "FORGEJO_", "GITEA_", "AZURE_")
+# Set under those prefixes by CI runners, shells and tools, not by an operator for this project.
+FOREIGN = frozenset({
+    "GITHUB_ACTION", "GITHUB_ACTION_PATH", "GITHUB_ACTION_REPOSITORY", "GITHUB_ACTIONS", "GITHUB_ACTOR",
+    "GITHUB_ACTOR_ID", "GITHUB_BASE_REF", "GITHUB_ENV", "GITHUB_EVENT_NAME", "GITHUB_EVENT_PATH",
+    "GITHUB_GRAPHQL_URL", "GITHUB_HEAD_REF", "GITHUB_JOB", "GITHUB_OUTPUT", "GITHUB_PATH", "GITHUB_REF",
+    "GITHUB_REF_NAME", "GITHUB_REF_PROTECTED", "GITHUB_REF_TYPE", "GITHUB_REPOSITORY", "GITHUB_REPOSITORY_ID",
+    "GITHUB_REPOSITORY_OWNER", "GITHUB_REPOSITORY_OWNER_ID", "GITHUB_RETENTION_DAYS", "GITHUB_RUN_ATTEMPT",
+    "GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_SERVER_URL", "GITHUB_SHA", "GITHUB_STATE",
+    "GITHUB_STEP_SUMMARY", "GITHUB_TRIGGERING_ACTOR", "GITHUB_WORKFLOW", "GITHUB_WORKFLOW_REF",
+    "GITHUB_WORKFLOW_SHA", "GITHUB_WORKSPACE", "GITHUB_ENTERPRISE_TOKEN", "GITLAB_CI", "GITLAB_FEATURES",
+    "GITLAB_USER_EMAIL", "GITLAB_USER_ID", "GITLAB_USER_LOGIN", "GITLAB_USER_NAME", "GITEA_ACTIONS",
+    "FORGEJO_ACTIONS", "AZURE_CONFIG_DIR", "AZURE_CORE_OUTPUT", "AZURE_EXTENSION_DIR",
+    # compose.yaml's own (read by docker-compose, not by a process of the project).
+    "PD_SERVICE_IMAGE", "PD_CONFIG_DIR", "PI_DATA_DIR",
+    # The test suite's own switches (tests/).
+    "PD_REQUIRE_DOCKER", "PD_REQUIRE_AGENT_IMAGE", "PD_REQUIRE_DEPLOY", "PD_REQUIRE_BROWSER",
+    "PD_DEPLOY_LOGS", "PD_UPDATE_SCREENSHOT",
+})
+
+
+def unknown_variables(env: Mapping[str, str], known: Iterable[str] = ()) -> list[tuple[str, str | None]]:
+    """Pure: each set variable under ``OWN_PREFIXES`` that no process reads (``HONOURED``, the table
+    above, ``known``), with the nearest name it may have meant (None when nothing is close)."""
+    every = {*HONOURED, *UNSUPPORTED, *FORGE_TOKEN_VARS, *known}
+    names = sorted(n for n in env if n.startswith(OWN_PREFIXES) and n not in every and n not in FOREIGN)
+    candidates = sorted(every)
+    return [(n, next(iter(difflib.get_close_matches(n, candidates, n=1, cutoff=0.8)), None)) for n in names]
+
+
+def unknown_line(found: list[tuple[str, str | None]]) -> str:
+    """``unknown variable PI_CONCURENCY (did you mean PI_CONCURRENCY?), PI_FOO``."""
+    shown = [f"{n} (did you mean {near}?)" if near else n for n, near in found]
+    many = len(found) > 1
+    return (f"unknown variable{'s' if many else ''} {', '.join(shown)}: no process of pi-dispatch reads "
+            f"{'them' if many else 'it'}")
 
 
 def _not_listed(name: str) -> str:
@@ -129,10 +176,17 @@ def check_environment(env: Mapping[str, str]) -> None:
     The warning is one JSON line on stderr: this runs before logging is configured, and inside commands
     whose stdout is a script's input."""
     names = [n for n in allowed_unsupported(env) if n not in _warned]
-    if not names:
-        return
-    _warned.update(names)
-    line = {"event": "unsupported_variable_allowed", "level": "warning", "names": names,
-            "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
+    if names:
+        _warned.update(names)
+        _warn({"event": "unsupported_variable_allowed", "names": names})
+    unknown = [(n, near) for n, near in unknown_variables(env) if n not in _warned]
+    if unknown:
+        _warned.update(n for n, _ in unknown)
+        _warn({"event": "unknown_variable", "names": [n for n, _ in unknown],
+               "meant": {n: near for n, near in unknown if near}, "message": unknown_line(unknown)})
+
+
+def _warn(fields: dict[str, object]) -> None:
+    line = {**fields, "level": "warning", "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
     sys.stderr.write(msgspec.json.encode(line).decode() + "\n")
     sys.stderr.flush()

@@ -35,6 +35,9 @@ class Forge:
     # Every variable its config and receive parts read (below the forges, common.envnames.FORGE_SETTINGS_VARS
     # lists their union for the start-up check; a test holds the two equal).
     settings_vars: tuple[str, ...]
+    # Those of them that hold a credential (common.envnames.FORGE_SECRET_VARS lists their union): never
+    # forwarded into a job (PI_FORWARD_ENV).
+    secret_vars: tuple[str, ...]
     webhook_secret_var: str  # its webhook secret; the rotation partner is the same name + _PREVIOUS
     token_vars: tuple[str, ...]  # every container variable that carries the job's minted token
     credentials_hint: str  # what an operator sets to give it API credentials

@@ -31,6 +31,7 @@ from pidispatch.forges.config import ForgeConfig
 from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
 from pidispatch.forges.route import TokenSources, route_of
 from pidispatch.triggers.lookup import SelfIds
+from pidispatch.triggers.rules import Rules
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -170,3 +171,24 @@ def _fold(values: Iterable[tuple[forges.Forge, object | None]]) -> SelfIds:
         if value is not None:
             ids = route_of(forge).with_self(ids, value)
     return ids
+
+
+def require_knowable(rules: Rules, config: ForgeConfig) -> None:
+    """Refuse to start (exit 2) when rules name a forge whose own account the router cannot know: with
+    neither ``<FORGE>_SELF_ID`` nor credentials to look it up, the bot-loop guard would be off, and the
+    harness's own comments could start jobs."""
+    for forge in FORGES:
+        if not rules.group(forge.name).has_rules():
+            continue
+        if route_of(forge).explicit_self(config) is None and forge.name not in config.configured_forges():
+            raise ConfigError(
+                f"triggers.json has {forge.name} rules but the harness's own {forge.display} account cannot "
+                f"be known, so its own comments could start jobs; set {forge.self_id_var}, or "
+                f"{forge.credentials_hint}"
+            )
+
+
+def unguarded(rules: Rules, ids: SelfIds) -> list[str]:
+    """Pure: the forges ``rules`` have rules for whose identity was not resolved at start (a reload
+    that adds them is refused: identities are resolved once)."""
+    return [f.name for f in FORGES if rules.group(f.name).has_rules() and ids.of(f.name) is None]

@@ -11,11 +11,12 @@ owns the ``run`` half.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
 from pidispatch import forges
-from pidispatch.common.cronpattern import valid_pattern
+from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S, pattern_problem, valid_pattern
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.filewatch import read_regular
 from pidispatch.common.log import get_logger
@@ -96,15 +97,18 @@ REFUSED_ON: dict[str, str] = {}
 Rule = LabelRule | CommentRule | PullRequestRule | CloseRule
 
 
-def parse_triggers(text: str, name: str = "triggers.json") -> Rules:
-    """Validate the whole file text and group it; any problem raises one ``ConfigError`` line."""
+def parse_triggers(
+    text: str, name: str = "triggers.json", *, cron_floor_s: int = MIN_INTERVAL_DEFAULT_S
+) -> Rules:
+    """Validate the whole file text and group it; any problem raises one ``ConfigError`` line.
+    ``cron_floor_s`` is ``PI_CRON_MIN_INTERVAL_S``: cron triggers firing closer than it are refused."""
     try:
-        return _parse(text)
+        return _parse(text, cron_floor_s)
     except TriggerRefusal as exc:
         raise ConfigError(f"PI_TRIGGERS_FILE {name}: {exc}") from None
 
 
-def load_triggers(path: str) -> Rules:
+def load_triggers(path: str, *, cron_floor_s: int = MIN_INTERVAL_DEFAULT_S) -> Rules:
     """Read and parse the file (blocking: call through ``asyncio.to_thread`` on a loop)."""
     name = os.path.basename(path) or path
     try:
@@ -125,10 +129,10 @@ def load_triggers(path: str) -> Rules:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"PI_TRIGGERS_FILE {name}: is not UTF-8; accepted: a UTF-8 JSON file") from None
-    return parse_triggers(text, name)
+    return parse_triggers(text, name, cron_floor_s=cron_floor_s)
 
 
-def _parse(text: str) -> Rules:
+def _parse(text: str, cron_floor_s: int) -> Rules:
     data = decode(text)
     if not isinstance(data, dict) or not isinstance(data.get("triggers"), list):
         raise TriggerRefusal('must be an object with a "triggers" array')
@@ -147,7 +151,7 @@ def _parse(text: str) -> Rules:
         entry = _entry(index, raw)
         _refuse_unknown(entry, before_values=True)
         if entry.is_cron:
-            cron.append(_cron(entry, cron_ids))
+            cron.append(_cron(entry, cron_ids, cron_floor_s))
         else:
             slot, rule = _ON_PARSERS[entry.on_type](entry)
             if "disarmed" in entry.on:
@@ -238,7 +242,7 @@ def _entry(index: int, raw: Any) -> TriggerEntry:
     return entry
 
 
-def _cron(e: TriggerEntry, seen: dict[str, int]) -> CronRule:
+def _cron(e: TriggerEntry, seen: dict[str, int], floor_s: int) -> CronRule:
     cron_id = e.on.get("id")
     if not nonblank(cron_id):
         e.fail("on.id", "must be a non-empty string")
@@ -253,6 +257,9 @@ def _cron(e: TriggerEntry, seen: dict[str, int]) -> CronRule:
     if not nonblank(pattern) or not valid_pattern(trim(pattern)):
         e.fail("on.pattern", "must be a cron pattern of 5 or 6 space-separated fields (minute hour day month "
                              "weekday, or seconds first)")
+    problem = pattern_problem(trim(pattern), floor_s, int(time.time() * 1000))
+    if problem is not None:
+        e.fail("on.pattern", problem)
     _one_shot(e, capable=False)
     return CronRule(index=e.index, id=cron_id, pattern=pattern, run=cron_run(e))
 

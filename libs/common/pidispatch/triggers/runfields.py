@@ -14,7 +14,7 @@ from typing import Any
 
 from pidispatch import forges
 from pidispatch.common.configsyntax import image_ref_ok
-from pidispatch.common.envnames import RESERVED_SECRET_NAMES
+from pidispatch.common.envnames import secret_name_refused
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND
 from pidispatch.forges import FORGES
 from pidispatch.forges.route import route_of
@@ -229,9 +229,10 @@ def _secrets(e: TriggerEntry) -> dict[str, str] | None:
     if not isinstance(secrets, dict) or not 1 <= len(secrets) <= SECRETS_MAX:
         e.fail("run.secrets", f"must be an object of 1 to {SECRETS_MAX} references")
     for name, reference in secrets.items():
-        if not ENV_NAME_RE.fullmatch(name) or name == "__proto__" or name in RESERVED_SECRET_NAMES:
+        if secret_name_refused(name):
             e.fail("run.secrets", f"name {name!r} is refused; accepted: [A-Za-z_][A-Za-z0-9_]*, not "
-                                  "__proto__ and not a name the runtime sets itself")
+                                  "__proto__ and not a name the runtime sets or steers (PI_*, LD_*, PATH, "
+                                  "NODE_OPTIONS, *_BASE_URL, a forge token, ...)")
         # The reference is the resolver's first argument: a leading dash would parse as a flag.
         if not unpadded(reference) or reference.startswith("-"):
             e.fail(f"run.secrets.{name}", "must be a non-blank reference without surrounding spaces or a "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 from datetime import UTC, datetime
@@ -98,7 +99,9 @@ async def explain_command(args: argparse.Namespace) -> int:
         stored = await decisions.read(redis, Keys(settings.key_prefix), event.forge, event.delivery, entry)
     finally:
         await redis.aclose()
-    rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
+    rules = await asyncio.to_thread(
+        functools.partial(load_triggers, settings.triggers_file, cron_floor_s=settings.cron_min_interval_s)
+    )
     self_ids = explicit_self_ids(load_forge_config())
     authorized = {"yes": True, "no": False}.get(args.assume_authorized)
     try:

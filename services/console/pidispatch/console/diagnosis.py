@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from pidispatch.common.unsupported import unknown_line
 from pidispatch.worker.engine.preflight import ANY_UID, ImageFacts
 from pidispatch.worker.limits.budget import OVER_BUDGET, SOFT_HOLD, window_state
 
@@ -49,6 +50,14 @@ def config_check(errors: Mapping[str, str]) -> Check:
     first = next(iter(errors.values()))
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return Check("config", FAIL, f"{first}{more}", "fix the variable named; the services exit 2 on it")
+
+
+def variables_check(unknown: Sequence[tuple[str, str | None]]) -> Check:
+    """Set variables under this project's or a forge's prefix that no process reads (a typo, mostly)."""
+    if not unknown:
+        return ok("variables", "every PI_, PD_ and forge variable set is one pi-dispatch reads")
+    return Check("variables", WARN, unknown_line(list(unknown)),
+                 "rename it to the variable meant, or unset it (docs/configuration.md lists them all)")
 
 
 @dataclass(frozen=True)

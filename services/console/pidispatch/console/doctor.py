@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis, bounded, create_redis
 from pidispatch.common.settings import Settings, load_settings_by_part
 from pidispatch.common.table import aligned
+from pidispatch.common.unsupported import unknown_variables
 from pidispatch.console import diagnosis as dx
 from pidispatch.console.diagnosis import Check
 from pidispatch.forges.config import ForgeConfig, load_forge_config_by_forge
@@ -81,7 +83,7 @@ def late(timeout_s: float) -> str:
 async def diagnose(env: Mapping[str, str], timeout_s: float) -> list[Check]:
     settings, errors = load_settings_by_part(env)
     forge_config, forge_errors = load_forge_config_by_forge(env)
-    checks = [dx.config_check({**errors, **forge_errors})]
+    checks = [dx.config_check({**errors, **forge_errors}), dx.variables_check(unknown_variables(env))]
     keys = Keys(settings.key_prefix)
     redis = None if "store" in errors else create_redis(settings.redis_url, settings.redis_password)
     try:
@@ -277,7 +279,9 @@ async def _triggers(settings: Settings, refused: bool) -> tuple[Any, Check]:
         return None, dx.skipped("triggers", RECEIVER_REFUSED, FIX_CONFIG)
     path = settings.triggers_file
     try:
-        rules = await asyncio.to_thread(load_triggers, path)
+        rules = await asyncio.to_thread(
+            functools.partial(load_triggers, path, cron_floor_s=settings.cron_min_interval_s)
+        )
         disarmed = await asyncio.to_thread(_disarmed, path)
     except ConfigError as exc:
         return None, dx.triggers_check(str(exc), 0, ())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -78,12 +79,15 @@ async def schedules_command(args: argparse.Namespace) -> int:
     from pidispatch.common.keys import Keys
     from pidispatch.common.registry import RegistryUnreachable, read_live_hosts
     from pidispatch.common.runtime import now_ms
+    from pidispatch.common.settings import cron_min_interval
     from pidispatch.triggers.loader import load_triggers
     from pidispatch.worker.cron.firings import guard_state, last_firing, rearm
     from pidispatch.worker.cron.schedules import host_zone
 
     path = (os.environ.get("PI_TRIGGERS_FILE") or "").strip()
-    rules = (await asyncio.to_thread(load_triggers, path)).cron if path else ()
+    floor = cron_min_interval(os.environ)
+    load = functools.partial(load_triggers, path, cron_floor_s=floor)
+    rules = (await asyncio.to_thread(load)).cron if path else ()
     zone, tz = host_zone(os.environ)
     settings = redis_settings()
     keys = Keys(settings.key_prefix)

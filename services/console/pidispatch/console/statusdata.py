@@ -8,6 +8,7 @@ gatherer with ``bounded``: a Redis that does not answer costs a banner, never a 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import stat
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 from redis.exceptions import ResponseError
 
+from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.models import RunRecord, text
@@ -168,7 +170,8 @@ async def captured_output(logs_dir: str, job_id: str) -> bytes | None:
 
 
 async def delivery_trace(redis: Redis, keys: Keys, forge: str, delivery: str, triggers_file: str,
-                         self_ids: SelfIds) -> DeliveryTrace | None:
+                         self_ids: SelfIds, *,
+                         cron_floor_s: int = MIN_INTERVAL_DEFAULT_S) -> DeliveryTrace | None:
     """``pi-dispatch explain``'s content for one stored delivery, or None when it is not stored."""
     if forge not in events.FORGES or not valid_job_id(delivery):
         return None
@@ -178,7 +181,8 @@ async def delivery_trace(redis: Redis, keys: Keys, forge: str, delivery: str, tr
     entry, event = found
     stored = await decisions.read(redis, keys, event.forge, event.delivery, entry)
     try:
-        rules = await asyncio.to_thread(load_triggers, triggers_file)
+        load = functools.partial(load_triggers, triggers_file, cron_floor_s=cron_floor_s)
+        rules = await asyncio.to_thread(load)
     except ConfigError:
         return DeliveryTrace(forge, delivery, stored, None, TRIGGERS_UNREADABLE)
     try:
@@ -189,12 +193,14 @@ async def delivery_trace(redis: Redis, keys: Keys, forge: str, delivery: str, tr
 
 
 async def schedules(redis: Redis, keys: Keys, triggers_file: str, zone: ZoneInfo, tz: str,
-                    now_ms: int) -> tuple[list[dict[str, Any]], str | None]:
+                    now_ms: int, *, cron_floor_s: int = MIN_INTERVAL_DEFAULT_S,
+                    ) -> tuple[list[dict[str, Any]], str | None]:
     """``pi-dispatch schedules``' rows, and why there are none when the file cannot be read."""
 
     problem: str | None = None
     try:
-        cron = (await asyncio.to_thread(load_triggers, triggers_file)).cron
+        load = functools.partial(load_triggers, triggers_file, cron_floor_s=cron_floor_s)
+        cron = (await asyncio.to_thread(load)).cron
     except ConfigError:
         cron, problem = (), TRIGGERS_UNREADABLE
     hosts = await read_live_hosts(redis, keys, now_ms)

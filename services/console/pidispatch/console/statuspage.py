@@ -9,10 +9,6 @@ gives each page a banner and status 503, within ``PAGE_TIMEOUT_S``.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
-import hmac
-import ipaddress
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -22,21 +18,26 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 from redis.exceptions import AuthenticationError, RedisError
 
-from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, bounded, create_redis
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.secret import Secret
 from pidispatch.console import statusdata, statushtml
+from pidispatch.console.webauth import (
+    REALM,
+    FailureThrottle,
+    authorized,
+    check_exposure,
+    web_credentials,
+)
 from pidispatch.triggers.lookup import SelfIds
 
 T = TypeVar("T")
-USER_VAR, PASSWORD_VAR = "PD_WEB_USER", "PD_WEB_PASSWORD"
 DEFAULT_BIND, DEFAULT_PORT = "127.0.0.1", 8080
 PAGE_TIMEOUT_S = 5.0
 PAGE_LIMIT = 50
-REALM = 'Basic realm="pi-dispatch", charset="UTF-8"'
 # No script, no frames, no outside fetches; inline style only. The output is never sniffed as HTML.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
@@ -63,54 +64,11 @@ class WebConfig:
     logs_dir: str
     retention_days: int
     triggers_file: str
+    cron_floor_s: int
     zone: ZoneInfo
     tz: str
     self_ids: SelfIds
     credentials: tuple[str, Secret[str]] | None
-
-
-def web_credentials(env: Mapping[str, str]) -> tuple[str, Secret[str]] | None:
-    """Pure: basic-auth credentials from ``PD_WEB_USER`` and ``PD_WEB_PASSWORD``: both or neither."""
-    user, password = (env.get(USER_VAR) or "").strip(), env.get(PASSWORD_VAR) or ""
-    if bool(user) != bool(password):
-        raise ConfigError(f"{USER_VAR} and {PASSWORD_VAR} go together; accepted: both set (basic auth) or "
-                          "neither (no auth, loopback only)")
-    if ":" in user:
-        raise ConfigError(f"{USER_VAR} contains ':'; accepted: a user name without ':' (basic auth)")
-    return (user, Secret(password)) if user else None
-
-
-def is_loopback(bind: str) -> bool:
-    if bind == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bind).is_loopback
-    except ValueError:
-        return False
-
-
-def check_exposure(bind: str, credentials: object | None) -> None:
-    """Pure: refuse to serve beyond this machine without basic auth."""
-    if credentials is None and not is_loopback(bind):
-        raise ConfigError(
-            f"--bind {bind} is not a loopback address and {USER_VAR}/{PASSWORD_VAR} are unset; accepted: "
-            f"a loopback --bind (127.0.0.1, ::1), or set both {USER_VAR} and {PASSWORD_VAR}"
-        )
-
-
-def authorized(header: str | None, credentials: tuple[str, Secret[str]]) -> bool:
-    """Pure: does an ``Authorization`` header carry exactly these credentials (compared in constant time)."""
-    scheme, _, token = (header or "").partition(" ")
-    if scheme.lower() != "basic":
-        return False
-    try:
-        user, sep, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return False
-    want_user, want_password = credentials
-    same_user = hmac.compare_digest(user.encode(), want_user.encode())
-    same_password = hmac.compare_digest(password.encode(), want_password.reveal().encode())
-    return bool(sep) and same_user and same_password
 
 
 def _html(body: str, status: int = 200) -> web.Response:
@@ -168,7 +126,8 @@ class StatusPage:
         c, forge, delivery = self.config, request.match_info["forge"], request.match_info["delivery"]
         try:
             trace = await self.read(
-                statusdata.delivery_trace(self.redis, c.keys, forge, delivery, c.triggers_file, c.self_ids)
+                statusdata.delivery_trace(self.redis, c.keys, forge, delivery, c.triggers_file, c.self_ids,
+                                          cron_floor_s=c.cron_floor_s)
             )
         except Unanswered as exc:
             return _html(statushtml.page("delivery", "deliveries", "", exc.banner), 503)
@@ -180,7 +139,8 @@ class StatusPage:
         c = self.config
         try:
             rows, problem = await self.read(
-                statusdata.schedules(self.redis, c.keys, c.triggers_file, c.zone, c.tz, self.clock())
+                statusdata.schedules(self.redis, c.keys, c.triggers_file, c.zone, c.tz, self.clock(),
+                                     cron_floor_s=c.cron_floor_s)
             )
         except Unanswered as exc:
             return _html(statushtml.schedules_html([], None, exc.banner), 503)
@@ -200,13 +160,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def build_app(config: WebConfig, redis: Redis, clock: EpochMsClock) -> web.Application:
     """The application: GET (and HEAD) routes only, behind basic auth when credentials are configured."""
     pages = StatusPage(config, redis, clock)
+    throttle = FailureThrottle()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if config.credentials is not None and not authorized(request.headers.get("Authorization"),
-                                                             config.credentials):
-            return web.Response(status=401, text="authentication required\n",
-                                headers={**HEADERS, "WWW-Authenticate": REALM})
+        if config.credentials is not None:
+            client = request.remote or "unknown"
+            if not authorized(request.headers.get("Authorization"), config.credentials):
+                await throttle.failed(client)
+                return web.Response(status=401, text="authentication required\n",
+                                    headers={**HEADERS, "WWW-Authenticate": REALM})
+            throttle.passed(client)
         try:
             return await handler(request)
         except web.HTTPNotFound:
@@ -254,7 +218,8 @@ def load_web_config(env: Mapping[str, str], bind: str) -> tuple[WebConfig, Any]:
     zone, tz = host_zone(env)
     config = WebConfig(
         keys=Keys(settings.key_prefix), logs_dir=settings.logs_dir,
-        retention_days=settings.log_retention_days, triggers_file=settings.triggers_file, zone=zone, tz=tz,
+        retention_days=settings.log_retention_days, triggers_file=settings.triggers_file,
+        cron_floor_s=settings.cron_min_interval_s, zone=zone, tz=tz,
         self_ids=explicit_self_ids(load_forge_config(env)), credentials=credentials,
     )
     return config, settings

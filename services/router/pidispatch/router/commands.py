@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 
 from pidispatch.common.delayed import run_promoter
@@ -23,7 +24,7 @@ from pidispatch.forges import FORGES
 from pidispatch.forges.authority import Authority
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.forges.http import create_http
-from pidispatch.forges.identity import resolve_self_ids
+from pidispatch.forges.identity import require_knowable, resolve_self_ids
 from pidispatch.forges.route import route_of, token_sources
 from pidispatch.router.consumer import consumer_name
 from pidispatch.router.metrics import RouterMetrics
@@ -51,9 +52,12 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     configure_logging("router", settings.log_level)
     forges = load_forge_config()
     consumer = consumer_name()
-    rules = await asyncio.to_thread(load_triggers, settings.triggers_file)
+    rules = await asyncio.to_thread(
+        functools.partial(load_triggers, settings.triggers_file, cron_floor_s=settings.cron_min_interval_s)
+    )
     warn_if_empty(rules, os.path.basename(settings.triggers_file) or settings.triggers_file)
     require_credentials(rules, forges)
+    require_knowable(rules, forges)
     # Made here, not in the loop, so /readyz reads the very state the loop writes.
     redis_health = Health("redis_unreachable", "redis_restored")
     # One registry for the endpoint and the router's own series; kept (in memory) even when not served.
@@ -61,7 +65,8 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     metrics = RouterMetrics(registry)
     # Served from before the identity lookups, which may retry for minutes: the process is alive meanwhile.
     async with monitoring(
-        settings.metrics_port, "router", lambda: ["redis"] if redis_health.down else [], registry=registry
+        settings.metrics_port, "router", lambda: ["redis"] if redis_health.down else [], registry=registry,
+        bind=settings.metrics_bind,
     ):
         await _route(settings, forges, rules, consumer, redis_health, metrics)
     return 0
@@ -87,7 +92,10 @@ async def _route(
 
         rules_ref = RulesRef(rules)
         keys = Keys(settings.key_prefix)
-        watcher = asyncio.create_task(watch_triggers(settings.triggers_file, rules_ref, stop))
+        watcher = asyncio.create_task(
+            watch_triggers(settings.triggers_file, rules_ref, stop, self_ids=self_ids,
+                           cron_floor_s=settings.cron_min_interval_s)
+        )
         # Workers promote too; the promoting script is atomic, so any number of promoters is safe.
         promoter = asyncio.create_task(run_promoter(redis, keys, stop))
         # Every router re-routes too; each move is one atomic script, so peers never double-move.

@@ -64,7 +64,8 @@ async def worker_main() -> int:
             settings, redis, Keys(settings.key_prefix), docker, stop, now_ms, os.environ,
             metrics=WorkerMetrics(registry),
         )
-        async with monitoring(settings.metrics_port, "worker", worker.down, registry=registry):
+        async with monitoring(settings.metrics_port, "worker", worker.down, registry=registry,
+                              bind=settings.metrics_bind):
             await worker.run()
     finally:
         await docker.close()

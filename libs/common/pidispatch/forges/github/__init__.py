@@ -20,6 +20,10 @@ FORGE = Forge(
         "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID", "GITHUB_APP_PRIVATE_KEY",
         "GITHUB_APP_PRIVATE_KEY_PATH", "GITHUB_API_URL", "GITHUB_SELF_ID",
     ),
+    secret_vars=(
+        "WEBHOOK_SECRET", "WEBHOOK_SECRET_PREVIOUS", "GITHUB_PAT", "GITHUB_APP_PRIVATE_KEY",
+        "GITHUB_APP_PRIVATE_KEY_PATH",
+    ),
     webhook_secret_var="WEBHOOK_SECRET",
     token_vars=("GITHUB_TOKEN", "GH_TOKEN"),
     credentials_hint="GITHUB_AUTH_SOURCE (gh, pat or app) and its credentials",

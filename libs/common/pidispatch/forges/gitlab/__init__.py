@@ -19,6 +19,7 @@ FORGE = Forge(
         "GITLAB_WEBHOOK_MODE", "GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS", "GITLAB_URL",
         "GITLAB_TOKEN", "GITLAB_SELF_ID",
     ),
+    secret_vars=("GITLAB_WEBHOOK_SECRET", "GITLAB_WEBHOOK_SECRET_PREVIOUS", "GITLAB_TOKEN"),
     webhook_secret_var="GITLAB_WEBHOOK_SECRET",
     token_vars=("GITLAB_TOKEN", "GL_TOKEN"),
     credentials_hint="GITLAB_TOKEN (and GITLAB_URL for a self-hosted instance)",

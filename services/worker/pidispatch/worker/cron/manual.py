@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import Keys
 from pidispatch.common.outcome import InfraFault
 from pidispatch.common.runtime import EpochMsClock
-from pidispatch.common.settings import load_settings
+from pidispatch.common.settings import cron_min_interval, load_settings
 from pidispatch.triggers.loader import load_triggers
 from pidispatch.worker.cron.firings import record_firing
 from pidispatch.worker.cron.schedules import cron_job
@@ -48,7 +49,8 @@ async def run_trigger(args: argparse.Namespace, clock: EpochMsClock) -> int:
     path = (os.environ.get("PI_TRIGGERS_FILE") or "").strip()
     if not path:
         raise ConfigError("PI_TRIGGERS_FILE is unset; accepted: the triggers.json that has the cron trigger")
-    rules = (await asyncio.to_thread(load_triggers, path)).cron
+    floor = cron_min_interval(os.environ)
+    rules = (await asyncio.to_thread(functools.partial(load_triggers, path, cron_floor_s=floor))).cron
     rule = next((r for r in rules if r.id == args.trigger), None)
     if rule is None:
         ids = ", ".join(r.id for r in rules) or "none in the file"

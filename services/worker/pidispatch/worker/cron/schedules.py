@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from pidispatch.common.cronpattern import next_occurrence, occurrence_id
+from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S, next_occurrence, occurrence_id
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import REDIS_OP_TIMEOUT_S
 from pidispatch.common.log import get_logger
@@ -68,11 +68,14 @@ def served(rules: Iterable[CronRule], has_folder: Callable[[str], bool]) -> tupl
     return tuple(r for r in rules if os.path.isabs(str(r.run["folder"])) and has_folder(r.run["folder"]))
 
 
-def load_schedules(path: str, has_folder: Callable[[str], bool] = os.path.isdir) -> Loaded:
+def load_schedules(
+    path: str, has_folder: Callable[[str], bool] = os.path.isdir, *,
+    cron_floor_s: int = MIN_INTERVAL_DEFAULT_S,
+) -> Loaded:
     """The file's cron rules and those this host serves (blocking: call through a thread). A bad file
     raises the loader's ``ConfigError``."""
 
-    rules = load_triggers(path).cron
+    rules = load_triggers(path, cron_floor_s=cron_floor_s).cron
     return Loaded(rules=rules, mine=served(rules, has_folder))
 
 

@@ -4,6 +4,7 @@ together."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Mapping
 
@@ -12,6 +13,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import EpochMsClock
+from pidispatch.common.settings import cron_min_interval
 from pidispatch.worker.cron.gate import Gate
 from pidispatch.worker.cron.schedules import Scheduler, host_zone, load_schedules
 
@@ -28,13 +30,14 @@ async def start_schedules(
     if not path:
         return None
     zone, tz = host_zone(env)
+    load = functools.partial(load_schedules, cron_floor_s=cron_min_interval(env))
     scheduler = Scheduler(redis=redis, keys=keys, stream=stream, clock=clock, zone=zone, tz=tz)
     gate = Gate(scheduler, host, recheck_s)
     # The router's file need not be on every worker host: absent, nothing is served until it appears.
     # Its signature is taken before the load, so an edit racing the start is seen by the watch.
     since = await asyncio.to_thread(signature, path)
     if since is not None:
-        scheduler.swap(await asyncio.to_thread(load_schedules, path))
+        scheduler.swap(await asyncio.to_thread(load, path))
         await gate.reconcile()
     else:
         get_logger().info("schedules_file_missing", file=os.path.basename(path), served=[])
@@ -43,7 +46,7 @@ async def start_schedules(
         asyncio.create_task(scheduler.run(stop)),
         asyncio.create_task(gate.run(stop)),
         asyncio.create_task(watch_file(
-            path, load_schedules, scheduler.swap, stop, what="schedules",
+            path, load, scheduler.swap, stop, what="schedules",
             fields=lambda loaded: {"wanted": sorted(r.id for r in loaded.mine)}, since=(since,),
         )),
     ]

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pidispatch.common.envnames import ENV_NAME_RE, PROVIDER_KEY_VARS, is_reserved_name
+from pidispatch.common.envnames import PROVIDER_KEY_VARS, secret_name_refused
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Job
 from pidispatch.common.outcome import InfraFault, JobRefusal
@@ -47,7 +47,7 @@ def armed(job: Job) -> bool:
 def static_refusal(job: Job) -> str | None:
     """Pure: the first bound name no secret may take whatever the deployment (step 1), or None."""
     for name in job.secrets or {}:
-        if not ENV_NAME_RE.match(name) or is_reserved_name(name):
+        if secret_name_refused(name):
             return name
     return None
 
