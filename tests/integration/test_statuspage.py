@@ -96,14 +96,15 @@ async def test_traversal_and_unknown_ids_are_404(
 async def test_basic_auth_refuses_without_and_with_wrong_credentials(
     env: dict[str, str], redis: Redis
 ) -> None:
-    config = load_web_config({**env, "PD_WEB_USER": "ops", "PD_WEB_PASSWORD": "s3cret-passphrase"}, "0.0.0.0")[0]
+    credentials = {"PD_WEB_USER": "ops", "PD_WEB_PASSWORD": "s3cret-passphrase"}
+    config = load_web_config({**env, **credentials}, "0.0.0.0")[0]
 
     def basic(user: str, password: str) -> dict[str, str]:
         return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
     async with serving(config, redis) as url:
-        for headers in ({}, basic("ops", "wrong"), basic("other", "s3cret-passphrase"), {"Authorization": "Bearer x"},
-                        {"Authorization": "Basic !!!"}):
+        for headers in ({}, basic("ops", "wrong"), basic("other", "s3cret-passphrase"),
+                        {"Authorization": "Bearer x"}, {"Authorization": "Basic !!!"}):
             status, body, got = await get(url + "/runs", headers=headers)
             assert status == 401 and got["WWW-Authenticate"].startswith("Basic realm=")
             assert "s3cret" not in body

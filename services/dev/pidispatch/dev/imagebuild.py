@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -146,3 +147,20 @@ async def build_unless_built(
         await asyncio.to_thread(write_context, files, Path(tmp))
         await stream(argv(hash_, Path(tmp)), "docker build")
     await report(what, tag, started, f"built (build hash {hash_})")
+
+
+async def build_or_check(
+    what: str, tag: str, files: Mapping[str, bytes], bases: Sequence[str],
+    argv: Callable[[str, Path], list[str]], *, base_script: Path | None, check: bool,
+) -> int:
+    """A ``build`` verb's body: with ``check``, only say whether ``tag`` is current; otherwise make the
+    Debian base first (``base_script``, itself skipped when current) and build unless built."""
+    if shutil.which("docker") is None:
+        raise InfraError(f"docker not found on PATH; {what} build needs the docker CLI and daemon")
+    if check:
+        return await check_current(what, tag, files, bases)
+    started = time.monotonic()
+    if base_script is not None:
+        await stream(["sh", str(base_script)], base_script.name)
+    await build_unless_built(what, tag, files, bases, argv, started)
+    return 0

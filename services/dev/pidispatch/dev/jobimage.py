@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.dev.imagebuild import EXTRA_CA_NAME, build_unless_built, check_current, stream
+from pidispatch.common.errors import ConfigError
+from pidispatch.dev.imagebuild import EXTRA_CA_NAME, build_or_check
 
 DEFAULT_TAG = "pi-job:latest"
 DEFAULT_BASE = "pd-job-base:trixie"
@@ -88,20 +86,13 @@ def build_argv(plan_: BuildPlan, *, build_hash_: str, context: Path) -> list[str
 async def build(args: argparse.Namespace) -> int:
     plan_ = plan(args)
     image_dir = await asyncio.to_thread(find_image_dir)
-    if shutil.which("docker") is None:
-        raise InfraError("docker not found on PATH; job-image build needs the docker CLI and daemon")
     files = await asyncio.to_thread(context_files, image_dir)
-    if args.check:
-        return await check_current("job-image", plan_.tag, files, [plan_.base, plan_.runtime])
-    started = time.monotonic()
-    if plan_.build_base:
-        await stream(["sh", str(image_dir / BASE_SCRIPT)], BASE_SCRIPT)
     # The Dockerfile's build stage hands the context's CA bundle to npm; the final stage never sees it.
-    await build_unless_built(
+    return await build_or_check(
         "job-image", plan_.tag, files, [plan_.base, plan_.runtime],
-        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context), started,
+        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context),
+        base_script=image_dir / BASE_SCRIPT if plan_.build_base else None, check=args.check,
     )
-    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

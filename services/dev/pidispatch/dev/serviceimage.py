@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.dev.imagebuild import build_unless_built, check_current, stream
+from pidispatch.common.errors import ConfigError
+from pidispatch.dev.imagebuild import build_or_check
 
 DEFAULT_TAG = "pi-dispatch:latest"
 DEFAULT_BASE = "pd-service-base:bookworm"
@@ -88,19 +86,12 @@ def build_argv(plan_: ServicePlan, *, build_hash_: str, context: Path) -> list[s
 async def build(args: argparse.Namespace) -> int:
     plan_ = plan(args)
     root = await asyncio.to_thread(find_root)
-    if shutil.which("docker") is None:
-        raise InfraError("docker not found on PATH; service-image build needs the docker CLI and daemon")
     files = await asyncio.to_thread(context_files, root)
-    if args.check:
-        return await check_current("service-image", plan_.tag, files, [plan_.base])
-    started = time.monotonic()
-    if plan_.build_base:
-        await stream(["sh", str(root / BASE_SCRIPT)], BASE_SCRIPT.name)
-    await build_unless_built(
+    return await build_or_check(
         "service-image", plan_.tag, files, [plan_.base],
-        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context), started,
+        lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context),
+        base_script=root / BASE_SCRIPT if plan_.build_base else None, check=args.check,
     )
-    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
