@@ -29,6 +29,7 @@ import pytest
 
 from pidispatch.common.embedded import free_port
 from pidispatch.dev.forgestandin import DemoForge, demo_delivery, start_demo_forge
+from pidispatch.dev.modelstandin import gateway_of
 from pidispatch.dev.serviceimage import DEFAULT_TAG as SERVICE_IMAGE
 from pidispatch.dev.stack import SAMPLE_TRIGGERS
 from tests.support.images import require_built
@@ -148,8 +149,10 @@ async def job_containers(stack: Stack, *hosts: str) -> list[str]:
 
 
 async def bridge_address() -> str:
-    out = await run("docker", "network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}")
-    return out.strip()
+    out = await run("docker", "network", "inspect", "bridge")
+    address = gateway_of(json.loads(out)[0])
+    assert address is not None, "Docker's bridge network names no gateway and no IPv4 subnet"
+    return address
 
 
 @pytest.fixture

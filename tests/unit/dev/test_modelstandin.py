@@ -16,6 +16,7 @@ from pidispatch.dev.modelstandin import (
     PROMPT_TOKENS,
     WRITTEN_FILE,
     ModelStandIn,
+    gateway_of,
 )
 
 KEY = "sk-standin-test"
@@ -65,3 +66,14 @@ async def test_a_wrong_key_is_refused_401_like_a_provider(standin: ModelStandIn)
     status, (body,) = await chat(standin, [{"role": "user", "content": "task"}], key="sk-wrong")
     assert status == 401 and body["error"]["code"] == "invalid_api_key"
     assert "sk-wrong" not in repr(standin.seen) and KEY not in repr(standin.seen)
+
+
+def test_the_bridge_gateway_is_the_ipam_gateway_else_the_subnets_first_host() -> None:
+    full = {"IPAM": {"Config": [{"Subnet": "172.17.0.0/16", "Gateway": "172.17.0.1"}]}}
+    assert gateway_of(full) == "172.17.0.1"
+    # Debian's 20.10 leaves the Gateway out of the default bridge's IPAM; docker0 still has the first host.
+    assert gateway_of({"IPAM": {"Config": [{"Subnet": "172.18.0.0/16"}]}}) == "172.18.0.1"
+    dual = {"IPAM": {"Config": [{"Subnet": "fd00::/64"}, {"Subnet": "10.9.0.0/24"}]}}
+    assert gateway_of(dual) == "10.9.0.1"
+    assert gateway_of({"IPAM": {"Config": []}}) is None
+    assert gateway_of({}) is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import time
 from collections.abc import Mapping
@@ -167,8 +168,23 @@ async def bridge_gateway(docker: Any) -> str | None:
         info = await network.show()
     except Exception:
         return None
-    for config in (info.get("IPAM") or {}).get("Config") or ():
-        gateway = config.get("Gateway") if isinstance(config, dict) else None
+    return gateway_of(info)
+
+
+def gateway_of(info: Mapping[str, Any]) -> str | None:
+    """Pure: the bridge's gateway from ``GET /networks/bridge``: its IPAM ``Gateway``, else (a daemon that
+    leaves it out, as Debian's 20.10 does) the first host of its IPv4 ``Subnet``, which is the address
+    Docker gives the bridge interface by default."""
+    configs = [c for c in (info.get("IPAM") or {}).get("Config") or () if isinstance(c, dict)]
+    for config in configs:
+        gateway = config.get("Gateway")
         if isinstance(gateway, str) and gateway.count(".") == 3:
             return gateway
+    for config in configs:
+        try:
+            subnet = ipaddress.ip_network(str(config.get("Subnet")), strict=False)
+        except ValueError:
+            continue
+        if subnet.version == 4 and subnet.num_addresses > 2:
+            return str(next(subnet.hosts()))
     return None
