@@ -69,6 +69,8 @@ def base_env(redis_server: str, key_prefix: str, tmp_path: Path) -> dict[str, st
         # The harness's own GitHub account, so a router with GitHub rules and no credentials may start;
         # no test payload's sender has this id.
         "GITHUB_SELF_ID": "424242",
+        # Test schedules fire every few seconds (the default floor is a minute).
+        "PI_CRON_MIN_INTERVAL_S": "1",
     }
 
 

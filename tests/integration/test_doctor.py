@@ -190,8 +190,8 @@ async def test_a_healthy_setup_is_all_ok(
     expected = {c: "ok" for c in report.checks} | ({"docker": "warn"} if driver == "vfs" else {})
     assert {c: report.status(c) for c in report.checks} == expected, report.body
     assert list(report.checks) == [
-        "config", "redis", "streams", "docker", "job-image", "triggers", "forge:github", "webhook-secrets",
-        "budget", "clock", "hosts", "dead",
+        "config", "variables", "redis", "streams", "docker", "job-image", "triggers", "forge:github",
+        "webhook-secrets", "budget", "clock", "hosts", "dead",
     ]
     assert report.code == (1 if driver == "vfs" else 0)
     assert report.checks["forge:github"]["finding"] == "identity resolved; token scopes repo,read:org"

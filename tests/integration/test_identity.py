@@ -184,7 +184,7 @@ async def test_azure_explicit_values_skip_the_connection_data_call(
     http: aiohttp.ClientSession, forges: dict[str, FakeForge]
 ) -> None:
     ids = await resolve({**env_for(forges, "azure"), "AZURE_SELF_ID": GUID}, http)
-    assert (ids.azure_id, ids.azure_email) == (GUID, None)
+    assert ids.of("azure") == (GUID, None)
     assert forges["azure"].requests == []
 
 
@@ -202,7 +202,7 @@ async def test_azure_account_without_an_address_still_gives_the_guid(
     forges["azure"].script("connection", reply(200, {"authenticatedUser": {
         "id": GUID, "properties": {"Account": {"$value": "not-an-address"}}}}))
     ids = await resolve(env_for(forges, "azure"), http)
-    assert (ids.azure_id, ids.azure_email) == (GUID, None)
+    assert ids.of("azure") == (GUID, None)
 
 
 # --- the retry window ------------------------------------------------------------------------------------

@@ -230,7 +230,8 @@ async def test_restarted_router_finishes_its_own_pending_entries_first(
         code = proc.stop()
     assert d["outcome"] == "queued" and await redis.xlen(keys.jobs) == 1
     assert started[0]["consumer"] == "router-a"
-    assert proc.logged("self_identity")[0]["resolved"] is False
+    assert proc.logged("self_identity")[0] == {**proc.logged("self_identity")[0], "forge": "github",
+                                                "resolved": True, "source": "GITHUB_SELF_ID"}
     assert code == 0  # SIGTERM is a clean shutdown
     assert "Codertocat" not in (tmp_path / "router.log").read_text()  # no logins, titles or repos in logs
 

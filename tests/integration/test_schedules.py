@@ -98,7 +98,7 @@ async def test_a_triggers_file_edit_serves_the_new_set_and_a_bad_edit_keeps_the_
     async def queued(prefix: str) -> bool:
         return any(text(f[b"id"]).startswith(prefix) for _, f in await redis.xrange(keys.host_jobs("cron")))
 
-    env = {"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC"}
+    env = {"PI_TRIGGERS_FILE": str(trig), "TZ": "UTC", "PI_CRON_MIN_INTERVAL_S": "1"}
     with capture_logs() as logs:
         async with serving(env, redis, keys) as scheduler:
             await wait_for(lambda: events("schedule_fired"), 10, what="a first occurrence")
@@ -167,7 +167,7 @@ async def test_a_missing_triggers_file_serves_nothing_until_it_appears(
     app = tmp_path / "app"
     app.mkdir()
     path = tmp_path / "later.json"
-    env = {"PI_TRIGGERS_FILE": str(path), "TZ": "UTC"}
+    env = {"PI_TRIGGERS_FILE": str(path), "TZ": "UTC", "PI_CRON_MIN_INTERVAL_S": "1"}
     with capture_logs() as logs:
         async with serving(env, redis, keys) as scheduler:
             assert scheduler.active == {}

@@ -153,18 +153,17 @@ async def claim(
     reply = await r.xclaim(stream, group, consumer, min_idle_time=min_idle_ms, message_ids=ids)
     entries: list[StreamEntry] = []
     gone: list[str] = []
-    nameless = False
     for item in reply or ():
         match item:
             case (bytes() | str() as entry_id, Mapping() as fields) if fields:
                 entries.append((text(entry_id), decode_fields(fields)))
             case (bytes() | str() as entry_id, _):
                 gone.append(text(entry_id))
-            case _:
-                nameless = True  # Redis 6.2 answers a deleted entry with no id at all
-    if nameless:
-        claimed = {entry_id for entry_id, _ in entries} | set(gone)
-        unknown = [entry_id for entry_id in entry_ids if entry_id not in claimed]
+    # An id asked for and not answered: Redis 6.2 answers a deleted entry with no id at all, and 7.0
+    # leaves it out (dropping it from the PEL itself); still in the stream, it was just not claimable.
+    claimed = {entry_id for entry_id, _ in entries} | set(gone)
+    unknown = [entry_id for entry_id in entry_ids if entry_id not in claimed]
+    if unknown:
         async with r.pipeline(transaction=False) as pipe:
             for entry_id in unknown:
                 pipe.xrange(stream, entry_id, entry_id, count=1)
