@@ -63,6 +63,7 @@ def main() -> int:
         "RECEIVER_PORT": str(port),
         "RECEIVER_BIND": "127.0.0.1",
         "PI_TRIGGERS_FILE": str(tmp / "triggers.json"),
+        "GITHUB_SELF_ID": "424242",  # the router refuses GitHub rules without its own id
         "PI_LOGS_DIR": str(tmp / "logs"),
         "PI_JOBS_DIR": str(tmp / "jobs"),
     }
