@@ -64,6 +64,10 @@ async def test_two_workers_on_one_schedule_one_killed_halfway_run_every_occurren
         window_end = window_start + 25_000
         await wait_for(lambda: now_ms() >= window_start + 12_000, 20, what="12 s of both serving")
         (shown,) = await asyncio.to_thread(cli_json, a.env, "schedules")
+        # Killed just after B started a container, the survivor re-attaches to it. (Killed between
+        # "launching" and the container's start, the run would be recorded worker-lost, never rerun.)
+        started_before = len(b.logged("job_started"))
+        await wait_for(lambda: len(b.logged("job_started")) > started_before, 20, what="B starting a run")
         killed_at = now_ms()
         kill_tree(b)
         # The survivor fired past the window's end: every occurrence inside it was fired by then.

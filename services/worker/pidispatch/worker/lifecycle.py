@@ -131,6 +131,10 @@ async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int
     # A peer sees the dead host's container only when both share one Docker daemon.
     owner = prior.host if held.origin == "peer" else ctx.host
     leftover = await find_started(ctx.docker, job.id, owner) if owner else None
+    if leftover is not None and not leftover.started:
+        # Its container was created and never started (now removed): nothing was spent, run it.
+        log.info("job_never_started", job=job.id)
+        return False
     if leftover is not None:
         if not prior.handed_over:  # its worker died under a running container: a scheduled run's stall
             await count_stall(ctx.redis, ctx.keys, job.id, ctx.settings.scheduler_stall_max)

@@ -309,10 +309,14 @@ async def run_container(
 
 @dataclass(frozen=True)
 class Leftover:
-    """A container an earlier worker process started for a job, and the job folder it mounted."""
+    """A container an earlier worker process made for a job, and the job folder it mounted.
+
+    ``started`` is false when it was only created (and is removed by now): nothing was spent.
+    """
 
     container_id: str
     job_dir: str | None
+    started: bool = True
 
 
 def _job_filter(job_id: str, host: str) -> str:
@@ -339,15 +343,18 @@ def _job_dir(info: dict[str, Any]) -> str | None:
 async def find_started(docker: aiodocker.Docker, job_id: str, host: str) -> Leftover | None:
     """This host's container for ``job_id`` that did start (running or exited), if any.
 
-    One that was created but never started is removed: nothing was spent, so the job simply runs again.
+    One that was created but never started is removed and reported with ``started=False``: nothing was
+    spent, so the job simply runs again, even on a peer that could not otherwise know.
     """
+    unstarted: Leftover | None = None
     for container in await _list(docker, _job_filter(job_id, host)):
         info = dockerapi.listed(container)
         if info.get("State") == "created":
             await force_remove(container)
+            unstarted = Leftover(container_id=container.id, job_dir=_job_dir(info), started=False)
             continue
         return Leftover(container_id=container.id, job_dir=_job_dir(info))
-    return None
+    return unstarted
 
 
 async def remove_job_containers(docker: aiodocker.Docker, job_id: str, host: str) -> None:
