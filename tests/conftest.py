@@ -65,7 +65,9 @@ def base_env(redis_server: str, key_prefix: str, tmp_path: Path) -> dict[str, st
         "PI_JOBS_DIR": str(tmp_path / "jobs"),
         "PD_SPOOL_DIR": str(tmp_path / "spool"),
         "PI_TRIGGERS_FILE": str(tmp_path / "triggers.json"),
-        "PI_WORKER_NAME": "testhost",
+        # Its own host name: a worker's boot reaper takes stray containers labelled with its host, and
+        # tests run side by side on one Docker daemon.
+        "PI_WORKER_NAME": f"testhost-{key_prefix}",
         # The harness's own GitHub account, so a router with GitHub rules and no credentials may start;
         # no test payload's sender has this id.
         "GITHUB_SELF_ID": "424242",

@@ -115,7 +115,7 @@ async def test_signed_github_delivery_runs_one_isolated_container_and_records_it
     assert mounts["/job"]["RW"] is False
     assert mounts["/workspace"]["RW"] is True
     labels = info["Config"]["Labels"]
-    assert labels["pd.job"] == job_id and labels["pd.host"] == "testhost"
+    assert labels["pd.job"] == job_id and labels["pd.host"] == services["env"]["PI_WORKER_NAME"]
     env_names = {e.split("=", 1)[0] for e in info["Config"]["Env"]}
     assert "WEBHOOK_SECRET" not in env_names and "REDIS_URL" not in env_names
 
@@ -126,7 +126,7 @@ async def test_signed_github_delivery_runs_one_isolated_container_and_records_it
     assert record["outcome"] == "completed"
     assert record["exitCode"] == 0
     assert record["target"] == "Codertocat/Hello-World#1"
-    assert record["host"] == "testhost"
+    assert record["host"] == services["env"]["PI_WORKER_NAME"]
     assert "Real octokit example" not in record_path.read_text()
 
     # One event, one job, both fully processed.

@@ -106,15 +106,15 @@ async def test_forced_dirty_run_lands_on_this_hosts_stream_without_any_target_te
     done = cli(base_env, str(tmp_path / "." / "app"), "--task", "make the tests pass", "--flow", "fix",
                "--max-turns", "7", "--force")
     assert done.returncode == 0, done.stderr
-    [(entry_id, fields)] = await redis.xrange(keys.host_jobs("testhost"))
+    [(entry_id, fields)] = await redis.xrange(keys.host_jobs(base_env["PI_WORKER_NAME"]))
     assert await redis.xlen(keys.jobs) == 0
     assert sorted(fields) == [b"attempt", b"id", b"job", b"kind", b"repo"]
     job, attempt = job_from_fields(fields)
     assert done.stdout == f"queued {job.id} for folder app\n"
     # Its state hash says where it waits; no pd:events entry made it.
     assert await redis.hgetall(keys.job(job.id)) == {
-        b"state": b"queued", b"stream": keys.host_jobs("testhost").encode(), b"entry": entry_id,
-        b"eventEntry": b"",
+        b"state": b"queued", b"stream": keys.host_jobs(base_env["PI_WORKER_NAME"]).encode(),
+        b"entry": entry_id, b"eventEntry": b"",
     }
     assert (fields[b"kind"], fields[b"repo"], attempt) == (b"local", b"local:app", 1)
     assert (job.folder, job.task, job.flow, job.max_turns) == (str(repo), "make the tests pass", "fix", 7)
@@ -156,11 +156,11 @@ async def test_the_same_run_twice_in_one_minute_is_queued_once(
     assert json.loads(third.stdout) == {
         "status": "duplicate", "jobId": job_id, "state": "running", "queuedAt": at,
     }
-    assert await redis.xlen(keys.host_jobs("testhost")) == 1
+    assert await redis.xlen(keys.host_jobs(base_env["PI_WORKER_NAME"])) == 1
 
     other = cli(base_env, folder, "--task", "fix it", "--model", "another-model")
     assert other.stdout.startswith("queued ") and other.stdout.split()[1] != job_id
-    assert await redis.xlen(keys.host_jobs("testhost")) == 2
+    assert await redis.xlen(keys.host_jobs(base_env["PI_WORKER_NAME"])) == 2
 
 
 @pytest.mark.docker
