@@ -79,7 +79,8 @@ async def test_the_router_connects_with_valkey_password_and_never_prints_it(
     assert PASSWORD not in router.log_path.read_text()
 
 
-@pytest.mark.parametrize("given", [None, "wrong-" + uuid.uuid4().hex])
+# Ids fixed: each pytest-xdist worker collects the suite and all must agree (the value is per run).
+@pytest.mark.parametrize("given", [None, "wrong-" + uuid.uuid4().hex], ids=["unset", "wrong"])
 async def test_the_router_without_the_right_password_exits_1_naming_the_variables(
     env: dict[str, str], tmp_path: Path, given: str | None
 ) -> None:
