@@ -42,6 +42,8 @@ def test_the_password_never_prints_with_the_settings() -> None:
     "url",
     [f"redis://:{PW}@h:6379/0", f"redis://user:{PW}@h/0", f"redis://h/0?password={PW}",
      f"rediss://:{PW}@h/0", f"unix://:{PW}@/run/redis.sock"],
+    # Ids without the per-run password: each pytest-xdist worker collects the suite and all must agree.
+    ids=["redis", "redis-user", "query", "rediss", "unix"],
 )
 @pytest.mark.parametrize(
     ("url_var", "pw_var"), [("REDIS_URL", "VALKEY_PASSWORD"), ("VALKEY_URL", "REDIS_PASSWORD")]
