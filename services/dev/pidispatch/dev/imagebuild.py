@@ -7,6 +7,7 @@ CLI calls (output copied line by line, failures as ``InfraError``).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import os
@@ -15,9 +16,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from pidispatch.common.errors import InfraError
+from pidispatch.common.errors import ConfigError, InfraError
 
 BUILD_HASH_LABEL = "dev.pi-dispatch.build-hash"
 # The builder's extra CA bundle goes into a build context under this name; it is never part of the hash:
@@ -38,6 +40,39 @@ def build_hash(files: Mapping[str, bytes], base_ids: Sequence[str]) -> str:
     for ref in base_ids:
         digest.update(f"base {ref}\n".encode())
     return digest.hexdigest()[:HASH_LEN]
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """A ``build`` verb's arguments, checked: the tag, the base, and whether to make the Debian base first."""
+
+    tag: str
+    base: str
+    build_base: bool  # run the image's build-base.sh first: only for the default Debian base
+
+
+def plan_of(args: argparse.Namespace, default_tag: str, default_base: str) -> ImagePlan:
+    """Pure: what ``--tag`` and ``--base`` ask for; a reference with spaces is refused (exit 2)."""
+    tag = (args.tag or "").strip()
+    if not tag or any(c.isspace() for c in tag):
+        raise ConfigError(
+            f"--tag {args.tag!r} is not an image reference; accepted: name[:tag], e.g. {default_tag}"
+        )
+    base = (args.base or "").strip() or None
+    if base is not None and any(c.isspace() for c in base):
+        raise ConfigError(f"--base {base!r} is not an image reference; accepted: name[:tag]")
+    return ImagePlan(tag=tag, base=base or default_base, build_base=base is None)
+
+
+def build_argv(plan: ImagePlan, *, build_hash_: str, context: Path) -> list[str]:
+    """Pure: the ``docker build`` command line of a Dockerfile taking ``BASE`` and ``BUILD_HASH``."""
+    return [
+        "docker", "build",
+        "--build-arg", f"BASE={plan.base}",
+        "--build-arg", f"BUILD_HASH={build_hash_}",
+        "-t", plan.tag,
+        str(context),
+    ]
 
 
 def human_size(n: int) -> str:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.dev.imagebuild import build_or_check
+from pidispatch.dev.imagebuild import ImagePlan, build_argv, build_or_check, plan_of
 
 DEFAULT_TAG = "pi-dispatch:latest"
 DEFAULT_BASE = "pd-service-base:bookworm"
@@ -26,24 +25,9 @@ SKIPPED_PARTS = ("__pycache__",)
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
 
-@dataclass(frozen=True)
-class ServicePlan:
-    tag: str
-    base: str
-    build_base: bool  # run build-base.sh first: only for the default Debian base
-
-
-def plan(args: argparse.Namespace) -> ServicePlan:
+def plan(args: argparse.Namespace) -> ImagePlan:
     """Pure: what ``args`` ask for."""
-    tag = (args.tag or "").strip()
-    if not tag or any(c.isspace() for c in tag):
-        raise ConfigError(
-            f"--tag {args.tag!r} is not an image reference; accepted: name[:tag], e.g. {DEFAULT_TAG}"
-        )
-    base = (args.base or "").strip() or None
-    if base is not None and any(c.isspace() for c in base):
-        raise ConfigError(f"--base {base!r} is not an image reference; accepted: name[:tag]")
-    return ServicePlan(tag=tag, base=base or DEFAULT_BASE, build_base=base is None)
+    return plan_of(args, DEFAULT_TAG, DEFAULT_BASE)
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -70,17 +54,6 @@ def context_files(root: Path) -> dict[str, bytes]:
                 continue
             files[rel.as_posix()] = path.read_bytes()
     return files
-
-
-def build_argv(plan_: ServicePlan, *, build_hash_: str, context: Path) -> list[str]:
-    """Pure: the ``docker build`` command line."""
-    return [
-        "docker", "build",
-        "--build-arg", f"BASE={plan_.base}",
-        "--build-arg", f"BUILD_HASH={build_hash_}",
-        "-t", plan_.tag,
-        str(context),
-    ]
 
 
 async def build(args: argparse.Namespace) -> int:
