@@ -73,6 +73,9 @@ def base_env(redis_server: str, key_prefix: str, tmp_path: Path) -> dict[str, st
         "GITHUB_SELF_ID": "424242",
         # Test schedules fire every few seconds (the default floor is a minute).
         "PI_CRON_MIN_INTERVAL_S": "1",
+        # The egress filter (on by default) is proven by the tests that name it (test_egress.py, the
+        # real agent's); the rest run their jobs on the bridge, as PI_EGRESS=0 does.
+        "PI_EGRESS": "0",
     }
 
 

@@ -52,4 +52,8 @@ async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodoc
     for c in await client.containers.list(all=True, filters=leftovers):
         with contextlib.suppress(aiodocker.DockerError):
             await c.delete(force=True)
+    # Nor a job network (egress on): each holds one of Docker's few address pools.
+    for net in await client.networks.list(filters={"label": [f"pd.host={worker_name}"]}):
+        with contextlib.suppress(aiodocker.DockerError):
+            await (await client.networks.get(net["Id"])).delete()
     await client.close()

@@ -84,10 +84,12 @@ async def test_a_label_job_runs_the_real_agent_which_edits_the_clone_and_keys_st
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, agent_image: str,
     model: ModelStandIn,
 ) -> None:
+    require_built("pi-egress:latest", "egress-image", required=REQUIRE, flag="PD_REQUIRE_AGENT_IMAGE")
     model.hold_final = asyncio.Event()
     job = issue_job("exit=0", number=31)
     with capture_logs() as logs:
         worker_env = agent_env(env, agent_image, model)
+        del worker_env["PI_EGRESS"]  # the default: on, so the model is reached through the proxy
         async with running_worker(worker_env, redis, keys, docker) as (settings, _, _):
             await enqueue(redis, keys, job)
             await wait_for(lambda: len(model.seen) >= 2, 180, what="the agent's second model request")
@@ -95,7 +97,8 @@ async def test_a_label_job_runs_the_real_agent_which_edits_the_clone_and_keys_st
             (written,) = Path(settings.jobs_dir).glob(f"*/workspace/{WRITTEN_FILE}")
             job_dir, text = written.parents[1], written.read_text()
             (container,) = await docker.containers.list(filters=json.dumps({"label": [f"pd.job={job.id}"]}))
-            container_env = dict(v.split("=", 1) for v in (await container.show())["Config"]["Env"])
+            shown = await container.show()
+            container_env = dict(v.split("=", 1) for v in shown["Config"]["Env"])
             in_folder = files_holding(job_dir, KEY.encode()) + files_holding(job_dir, PAT.encode())
             model.hold_final.set()
             rec = await record(settings, job)
@@ -103,6 +106,9 @@ async def test_a_label_job_runs_the_real_agent_which_edits_the_clone_and_keys_st
     assert (rec["outcome"], rec["exitCode"], rec["attempt"], rec["turns"]) == ("completed", 0, 1, 2)
     assert rec["tokens"]["total"] == 2 * (PROMPT_TOKENS + COMPLETION_TOKENS)
     assert [s.authorized for s in model.seen] == [True, True]
+    # On its own network, with no route to the host: the model was reached through the egress proxy.
+    assert shown["HostConfig"]["NetworkMode"].endswith("-net")
+    assert container_env["HTTPS_PROXY"].startswith("http://pd-egress-")
     # The key only in the provider's variable, the token only in the forge's (spec: the closed allowlist).
     assert {k for k, v in container_env.items() if KEY in v} == {STANDIN_KEY_VAR}
     assert {k for k, v in container_env.items() if PAT in v} <= {"GITHUB_TOKEN", "GH_TOKEN"}

@@ -78,7 +78,7 @@ def test_the_warning_is_one_json_line_on_stderr_once_per_process(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(unsupported, "_warned", set())
-    env = {"PI_EGRESS": "1", "PI_BACKENDS": "local", ALLOW_VARIABLE: "PI_EGRESS,PI_BACKENDS"}
+    env = {"PI_EGRESS_PROXY": "p", "PI_BACKENDS": "local", ALLOW_VARIABLE: "PI_EGRESS_PROXY,PI_BACKENDS"}
     check_environment(env)
     check_environment(env)
     out, err = capsys.readouterr()
@@ -86,7 +86,7 @@ def test_the_warning_is_one_json_line_on_stderr_once_per_process(
     assert out == ""
     warning = json.loads(line)
     assert (warning["event"], warning["level"]) == ("unsupported_variable_allowed", "warning")
-    assert warning["names"] == ["PI_BACKENDS", "PI_EGRESS"]
+    assert warning["names"] == ["PI_BACKENDS", "PI_EGRESS_PROXY"]
 
 
 def test_the_dollar_cost_windows_are_refused() -> None:

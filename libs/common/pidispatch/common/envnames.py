@@ -32,7 +32,9 @@ FORGE_TOKEN_VARS = (
     "AZURE_DEVOPS_EXT_PAT", "SYSTEM_ACCESSTOKEN",
 )
 FORGE_HOST_VARS = ("GITLAB_HOST", "FORGEJO_HOST", "AZURE_DEVOPS_ORG_URL")
-EGRESS_VARS = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY")
+EGRESS_VARS = (
+    "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy", "NODE_USE_ENV_PROXY",
+)
 # Deleted from every container env last: a runner-internal name set from outside would steer the runner.
 RUNNER_INTERNAL_VARS = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
 # The Redis password for a URL without one, in the order they are read (the first set one wins).

@@ -54,6 +54,8 @@ class RegistryUnreachable(Exception):
 
 # A row's ``jobImage``: did the worker find its PI_JOB_IMAGE at start (``status`` names hosts without it).
 JOB_IMAGE_FIELD = "jobImage"
+# "off" when the host runs its jobs with PI_EGRESS=0 (on the bridge, unfiltered); status names such hosts.
+EGRESS_FIELD = "egress"
 IMAGE_PRESENT, IMAGE_MISSING = "present", "missing"
 
 
@@ -70,6 +72,7 @@ class HostRow(msgspec.Struct, frozen=True, kw_only=True):
     running: int | None = None
     tz: str = ""
     image: str = ""
+    egress: str = ""  # "on", "off" (PI_EGRESS=0), or "" from a worker that predates the field
     # The cron schedules the host serves and how many; the fingerprint of those it wants (with its zone)
     # and each wanted one's definition digest, which the fleet gate compares.
     cron: frozenset[str] = frozenset()
@@ -163,6 +166,7 @@ def parse_row(fields: Mapping[str, str], now_ms: int) -> HostRow | None:
         running=_int(fields.get("running")),
         tz=_text(fields.get("tz")),
         image=_text(fields.get("image")),
+        egress=egress if (egress := fields.get(EGRESS_FIELD, "")) in ("on", "off") else "",
         cron=frozenset(i for i in (fields.get("cron") or "").split(",") if TOKEN_NAME_RE.fullmatch(i)),
         fp_cron=_text(fields.get("fpCron")),
         cron_count=_int(fields.get("cronCount")),

@@ -30,6 +30,7 @@ from pidispatch.common.configsyntax import (
     url_carries_password,
 )
 from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S
+from pidispatch.common.egresssettings import EgressSettings, load_egress_settings
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS, parse_forward_env
 from pidispatch.common.errors import ConfigError
 from pidispatch.common.keys import PREFIX_RE
@@ -120,6 +121,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     model_base_url: str | None = None
 
     wait: WaitSettings = WaitSettings()
+    egress: EgressSettings = EgressSettings()
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -387,6 +389,7 @@ _READERS: dict[str, Callable[[Mapping[str, str]], Mapping[str, object]]] = {
     "receiver": _receiver_part, "host": _host_part, "container": _container_part,
     "upkeep": _upkeep_part, "spend": _spend_part, "agent": _agent_part,
     "wait": lambda e: {"wait": load_wait_settings(e)},
+    "egress": lambda e: {"egress": load_egress_settings(e)},
 }
 
 

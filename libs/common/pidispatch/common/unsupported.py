@@ -28,7 +28,7 @@ _HOST_BUDGET = "size PI_CONCURRENCY, PI_JOB_MEMORY and PI_JOB_CPUS to the host i
 _PROVIDER_KEYS = "unset it: provider keys come only from their own variables (ANTHROPIC_API_KEY, ...)"
 _PROJECTS = "give each repository or folder its own row in PI_SCOPED_LIMITS_FILE instead"
 _BACKEND = "unset it: every job runs on this host's Docker daemon"
-_EGRESS = "unset it: no egress proxy is started; restrict egress at the host's firewall instead"
+_EGRESS = "unset it: each worker runs its own egress proxy (PI_EGRESS, PI_EGRESS_ALLOWLIST)"
 _CHAIN = "unset it: a job never starts another job"
 
 # Each variable this project does not read, and what to do instead (one short phrase).
@@ -56,7 +56,6 @@ UNSUPPORTED: dict[str, str] = {
     "PI_SECRET_RESOLVER_ROOTS": "give each resolver's absolute path in PI_SECRET_PROFILES instead",
     "PI_BACKENDS": _BACKEND,
     "PI_BACKEND_FLOOR": _BACKEND,
-    "PI_EGRESS": _EGRESS,
     "PI_EGRESS_PROXY": _EGRESS,
     "PI_MODEL_ENDPOINTS_FILE": "unset it: each provider is reached at its default endpoint",
     "PI_CHAIN_DEPTH_MAX": _CHAIN,
@@ -92,6 +91,7 @@ HONOURED: tuple[str, ...] = (
     "PI_SECRET_RESOLVE_TIMEOUT_MS", "PI_WAIT_PROFILES", "PI_WAIT_CHECK_TIMEOUT_MS", "PI_WAIT_INTERVAL_MS",
     "PI_WAIT_CHECK_SLOTS", "PI_WAIT_MAX_MS", "PI_WAIT_AFTER_MAX_MS", "PI_WAIT_MAX_CHECKS",
     "PI_WAIT_MAX_FAULTS", "PD_WAIT_INTERVAL_FLOOR_MS", "PI_MODEL_BASE_URL",
+    "PI_EGRESS", "PI_EGRESS_ALLOWLIST", "PD_EGRESS_IMAGE",
     *(name for names in PROVIDER_KEY_VARS.values() for name in names),
 )
 

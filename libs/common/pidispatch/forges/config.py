@@ -32,6 +32,10 @@ class ForgeBlock(Protocol):
     @property
     def configured(self) -> bool: ...
 
+    def job_urls(self) -> tuple[str, ...]:
+        """The URLs a job of this forge reaches (its API and git), for the egress allowlist."""
+        ...
+
 
 def _load_block(forge: Forge, env: Mapping[str, str]) -> ForgeBlock:
     load: Callable[[Mapping[str, str]], ForgeBlock] = forge.part("config", "load")
@@ -49,6 +53,10 @@ class ForgeConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def block(self, forge: str) -> ForgeBlock:
         return self.blocks[forge]
+
+    def job_urls(self) -> tuple[str, ...]:
+        """What jobs of every configured forge reach, in FORGES order."""
+        return tuple(url for name in self.configured_forges() for url in self.blocks[name].job_urls())
 
     def configured_forges(self) -> tuple[str, ...]:
         return tuple(f.name for f in FORGES if self.blocks[f.name].configured)

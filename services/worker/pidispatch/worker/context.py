@@ -18,6 +18,7 @@ from pidispatch.common.settings import Settings
 from pidispatch.common.streams import wire
 from pidispatch.forges.api import MakeClient
 from pidispatch.forges.config import ForgeConfig, load_forge_config
+from pidispatch.worker.egress.proxy import EgressProxy
 from pidispatch.worker.engine.runner import Abort
 from pidispatch.worker.history.mirror import Mirror
 from pidispatch.worker.hook import FailureHook
@@ -56,6 +57,8 @@ class WorkerContext:
     wait_gate: WaitGate | None = None
     # The series /metrics serves (PD_METRICS_PORT); kept in memory even when nothing serves them.
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
+    # The egress proxy each job's network joins (PI_EGRESS); None when egress is off.
+    egress: EgressProxy | None = None
 
     @property
     def host(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import replace
 
 from redis.exceptions import RedisError
 
@@ -24,6 +25,9 @@ from pidispatch.forges import FORGES
 from pidispatch.forges.api import Tip, forge_api
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import previous_run_at
+from pidispatch.worker.egress.network import open_network
+from pidispatch.worker.egress.proxy import EgressRefused
+from pidispatch.worker.egress.rules import job_env
 from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.engine.container import SpecRefused, build_spec, container_name, resolve_image
 from pidispatch.worker.engine.environment import container_env
@@ -104,6 +108,13 @@ async def run_ladder(ctx: WorkerContext, held: Held, job: Job, spend: Spend) -> 
     refusal = image_refusal(await inspect_image(ctx.docker, image), job, s)
     if refusal is not None:
         return refuse(job, refusal.reason)
+    if ctx.egress is not None:
+        try:
+            await ctx.egress.ensure()  # before anything is spent; Docker away propagates (a hold)
+        except EgressRefused as exc:
+            get_logger().error("egress_proxy_refused", reason=exc.reason, detail=str(exc),
+                               fix="pi-dispatch egress-image build (or PI_EGRESS=0 to run jobs unfiltered)")
+            return refuse(job, exc.reason)
     secrets = await resolve_secrets(job, s, env=ctx.env, abort=held.abort)
     if isinstance(secrets, JobRefusal):
         return refuse(job, secrets.reason)
@@ -203,6 +214,9 @@ async def _spend(
     crash_point("worker_after_launching")
     launched = time.monotonic()
     try:
+        if ctx.egress is not None:
+            network = await open_network(ctx.docker, job.id, ctx.host, ctx.egress.name)
+            spec = replace(spec, network=network, env={**spec.env, **job_env(ctx.egress.name)})
         result = await run_container(
             ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started,
             capture=capture_path(ctx, job),

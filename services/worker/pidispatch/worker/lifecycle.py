@@ -25,6 +25,7 @@ from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead, wire
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import count_stall
+from pidispatch.worker.egress.network import close_networks
 from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.engine.runner import (
     ContainerGone,
@@ -121,7 +122,7 @@ async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int
         # Recorded, but the ack (or the move to delayed) was lost: finish that step, never run again.
         log.info("job_already_recorded", job=job.id)
         # A crash between the record and the container's removal left it behind: remove it first.
-        await remove_job_containers(ctx.docker, job.id, ctx.host)
+        await _remove_job(ctx, job.id, ctx.host, since_ms=prior.started_ms or 0)
         await _after_record(ctx, held, job, attempt, prior.outcome, prior.reason, retry=not prior.final,
                             started=prior.launched)
         return True
@@ -261,9 +262,20 @@ async def _conclude(
     ctx.metrics.recorded(done, max(ended_ms - started_ms, 0) / 1000)
     crash_point("worker_after_record")
     # Docker unreachable here is a hold: the next pass finds the record, removes, then acks.
-    await remove_job_containers(ctx.docker, job.id, owner or ctx.host)
+    await _remove_job(ctx, job.id, owner or ctx.host, since_ms=started_ms)
     await _after_record(ctx, held, job, attempt, done.outcome, done.reason, retry=done.retry,
                         started=_may_have_spent(done))
+
+
+async def _remove_job(ctx: WorkerContext, job_id: str, host: str, *, since_ms: int) -> None:
+    """The job's containers, then its egress network: the proxy's refusals of it are counted on the way."""
+    await remove_job_containers(ctx.docker, job_id, host)
+    if ctx.egress is None:
+        return
+    denied = await close_networks(ctx.docker, job_id, host, since=max(since_ms // 1000 - 1, 0))
+    if denied:
+        ctx.metrics.egress_denied(denied)
+        get_logger().warning("egress_denied", job=job_id, requests=denied)
 
 
 def _may_have_spent(done: AttemptOutcome) -> bool:

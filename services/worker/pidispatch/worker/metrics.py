@@ -64,6 +64,10 @@ class WorkerMetrics:
             "pd_worker_reattaches", "Containers an earlier worker process left that this one followed to "
             "their end.", registry=registry,
         )
+        self._egress_denied = Counter(
+            "pd_worker_egress_denied", "Requests of this worker's jobs the egress proxy refused (a host "
+            "not on the allowlist), counted when each job's network is removed.", registry=registry,
+        )
         self._jobs.labels("completed", "")  # what a dashboard divides by exists from the start
 
     def recorded(self, done: AttemptOutcome, seconds: float) -> None:
@@ -96,3 +100,6 @@ class WorkerMetrics:
 
     def reattached(self) -> None:
         self._reattaches.inc()
+
+    def egress_denied(self, requests: int) -> None:
+        self._egress_denied.inc(requests)

@@ -35,6 +35,8 @@ from pidispatch.forges.config import load_forge_config
 from pidispatch.forges.http import create_http
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.serve import start_schedules
+from pidispatch.worker.egress.network import reap_networks
+from pidispatch.worker.egress.proxy import egress_for, reap_proxies
 from pidispatch.worker.engine.preflight import inspect_image
 from pidispatch.worker.engine.reaper import reap_strays
 from pidispatch.worker.engine.runner import DockerUnavailable
@@ -69,11 +71,13 @@ class Worker:
             (name for name, _ in settings.secret_profiles), (name for name, _ in settings.wait.profiles),
         ))
         mirror = Mirror(redis, keys, settings.log_retention_days) if settings.worker_name_declared else None
+        forges = load_forge_config(env)  # validated now: a bad forge variable refuses the start (exit 2)
         self.ctx = WorkerContext(
             settings, redis, keys, docker, clock, env, Health("redis_unreachable", "redis_restored"),
             caps=caps,
             mirror=mirror,
-            forges=load_forge_config(env),  # validated now: a bad forge variable refuses the start (exit 2)
+            forges=forges,
+            egress=egress_for(settings, docker, forges.job_urls()),
             hook=FailureHook(settings.on_failure, settings.on_failure_timeout_ms, env)
             if settings.on_failure else None,
             wait_gate=WaitGate(settings.wait, redis, keys, clock, env),
@@ -267,6 +271,10 @@ class Worker:
         self.docker_ok = True
         if not self.reaped:
             self.reaped = await reap_strays(self.ctx, self.streams)
+            if self.reaped:
+                await reap_networks(self.docker, self.ctx.host)
+                egress = self.ctx.egress
+                await reap_proxies(self.docker, self.ctx.host, egress.name if egress is not None else None)
             await self._say_if_job_image_missing()
         if self.docker_health.down:
             self.pending_due = time.monotonic()  # jobs that waited for Docker go first

@@ -21,7 +21,7 @@ from pidispatch.common import __version__
 from pidispatch.common.keys import CANCEL_ACK_TTL_MS, CANCEL_POLL_S, WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import text
-from pidispatch.common.registry import JOB_IMAGE_FIELD, host_streams, path_shaped
+from pidispatch.common.registry import EGRESS_FIELD, JOB_IMAGE_FIELD, host_streams, path_shaped
 from pidispatch.common.runtime import every
 from pidispatch.common.streams import Entry, ack, claim, pending, wire
 from pidispatch.worker.context import Held, WorkerContext
@@ -62,6 +62,7 @@ class Upkeep:
             "tz": self.ctx.env.get("TZ") or time.tzname[0],
             "image": s.job_image,
             "caps": ",".join(sorted(self.ctx.caps)),
+            EGRESS_FIELD: "on" if s.egress.enabled else "off",
         }
         if self.scheduler is not None:
             fields.update(self.scheduler.row_fields())

@@ -33,6 +33,10 @@ class AzureForge(msgspec.Struct, frozen=True, kw_only=True):
     def configured(self) -> bool:
         return self.token is not None
 
+    def job_urls(self) -> tuple[str, ...]:
+        """Where a job reaches Azure DevOps (the egress allowlist): the organisation's API and git."""
+        return (self.org_url,) if self.org_url else ()
+
 
 
 def derive_graph_url(org_url: str) -> str:

@@ -26,6 +26,10 @@ class ForgejoForge(msgspec.Struct, frozen=True, kw_only=True):
     def configured(self) -> bool:
         return self.token is not None
 
+    def job_urls(self) -> tuple[str, ...]:
+        """Where a job reaches Forgejo (the egress allowlist): its API and git share one host."""
+        return (self.url,) if self.url else ()
+
 
 
 def load(env: Mapping[str, str]) -> ForgejoForge:

@@ -39,6 +39,11 @@ class GithubForge(msgspec.Struct, frozen=True, kw_only=True):
     def configured(self) -> bool:
         return self.auth_source is not None
 
+    def job_urls(self) -> tuple[str, ...]:
+        """Where a job reaches GitHub (the egress allowlist): its API, and github.com's git beside the
+        public API (an Enterprise server serves both on one host)."""
+        return (self.api_url, "https://github.com") if self.api_url == GITHUB_API_DEFAULT else (self.api_url,)
+
 
 
 def _pem(raw: str) -> Secret[str]:

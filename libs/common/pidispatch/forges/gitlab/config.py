@@ -28,6 +28,10 @@ class GitlabForge(msgspec.Struct, frozen=True, kw_only=True):
     def configured(self) -> bool:
         return self.token is not None
 
+    def job_urls(self) -> tuple[str, ...]:
+        """Where a job reaches GitLab (the egress allowlist): its API and git share one host."""
+        return (self.url,)
+
 
 
 def load(env: Mapping[str, str]) -> GitlabForge:

@@ -54,6 +54,8 @@ class ContainerSpec:
     shm_size: int
     user: str
     labels: Mapping[str, str]
+    # Docker's bridge, or with egress on the job's own internal network (its only other member: the proxy).
+    network: str = "bridge"
     pids_limit: int = PIDS_LIMIT
     isolated: bool = True
 
@@ -156,7 +158,7 @@ def to_docker_config(spec: ContainerSpec) -> dict[str, Any]:
             "NanoCpus": spec.nano_cpus,
             "ShmSize": spec.shm_size,
             "Privileged": False,
-            "NetworkMode": "bridge",
+            "NetworkMode": spec.network,
             "Mounts": [
                 {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
                 for m in spec.mounts
