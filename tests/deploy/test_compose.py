@@ -140,10 +140,13 @@ async def post(stack: Stack, numbers: range, sleep_s: int) -> Counter[int]:
     return answers
 
 
-async def job_containers(stack: Stack, *hosts: str) -> list[str]:
+async def job_containers(stack: Stack, *hosts: str, every: bool = False) -> list[str]:
+    """The hosts' running job containers; ``every``: all their containers (the egress proxy too), stopped
+    ones included."""
     found: list[str] = []
     for host in hosts:
-        out = await run("docker", "ps", "-q", "--filter", f"label={LABEL_HOST}={host}", timeout=30)
+        which = ["-a"] if every else ["--filter", "label=pd.job"]
+        out = await run("docker", "ps", "-q", *which, "--filter", f"label={LABEL_HOST}={host}", timeout=30)
         found += out.split()
     return found
 
@@ -183,9 +186,15 @@ async def stack(tmp_path: Path, test_image: str) -> AsyncIterator[Stack]:
         if with_logs:
             print(await s.compose("logs", "--no-color", timeout=120))
         await s.compose("down", "-v", "--remove-orphans", "-t", "5", timeout=300)
-        leftovers = await job_containers(s, *(f"{s.prefix}-{n}" for n in range(1, 4)))
+        hosts = [f"{s.prefix}-{n}" for n in range(1, 4)]
+        leftovers = await job_containers(s, *hosts, every=True)
         if leftovers:
             await run("docker", "rm", "-f", *leftovers, timeout=120)
+        for host in hosts:  # the job networks a worker stopped mid-run left for its next start
+            label = f"label={LABEL_HOST}={host}"
+            nets = (await run("docker", "network", "ls", "-q", "--filter", label)).split()
+            if nets:
+                await run("docker", "network", "rm", *nets, timeout=60)
         await forge.close()
 
 

@@ -186,7 +186,7 @@ async def test_status_counts_queued_running_delayed_dead_and_pauses(
     assert await run("status", "--json") == 0
     assert run.json() == {
         "paused": False, "pausedHosts": [], "queued": 0, "running": 0, "delayed": 0, "dead": 0, "hosts": [],
-        "heldByWindow": 0, "heldByWait": 0, "imageMissing": [],
+        "heldByWindow": 0, "heldByWait": 0, "imageMissing": [], "egressOff": [],
     }  # fmt: skip
 
     for i in range(4):
@@ -208,7 +208,7 @@ async def test_status_counts_queued_running_delayed_dead_and_pauses(
     assert await run("status", "--json") == 0
     assert run.json() == {
         "paused": True, "pausedHosts": ["mini2"], "queued": 4, "running": 1, "delayed": 2, "dead": 1,
-        "hosts": ["mini1"], "heldByWindow": 1, "heldByWait": 0, "imageMissing": [],
+        "hosts": ["mini1"], "heldByWindow": 1, "heldByWait": 0, "imageMissing": [], "egressOff": [],
     }  # fmt: skip
 
     assert await run("status") == 0

@@ -106,7 +106,7 @@ async def test_status_counts_the_held_jobs_without_a_pruned_member(
     await redis.sadd(keys.wait_held, "gh-gone")
 
     status = cli_json(base_env, "status")
-    assert list(status)[-3:] == ["heldByWindow", "heldByWait", "imageMissing"]
+    assert list(status)[-4:] == ["heldByWindow", "heldByWait", "imageMissing", "egressOff"]
     assert (status["delayed"], status["heldByWindow"], status["heldByWait"]) == (2, 0, 2)
     assert await redis.smembers(keys.wait_held) == {b"gh-1", b"gh-2"}
     assert "waiting  2 of the delayed wait for a condition (pi-dispatch waits)" in cli(base_env, "status")

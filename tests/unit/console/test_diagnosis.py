@@ -156,3 +156,15 @@ def test_forge_config_by_forge_keeps_the_good_forges() -> None:
         "GITLAB_URL": "http://127.0.0.1:9", "GITLAB_TOKEN": "t", "GITHUB_AUTH_SOURCE": "bogus",
     })
     assert "github" in errors and "gitlab" in config.configured_forges()
+
+
+def test_egress_off_warns_a_missing_proxy_image_fails_and_on_says_how_much_a_job_reaches() -> None:
+    off = dx.egress_check(False, "pi-egress:latest", None, 3)
+    assert (off.status, off.fix) == (dx.WARN, "unset PI_EGRESS: each job then reaches only its allowlist, "
+                                              "through the proxy")
+    missing = dx.egress_check(True, "pi-egress:latest", False, 3)
+    assert missing.status == dx.FAIL and "egress-proxy-missing" in missing.finding
+    assert missing.fix.startswith("pi-dispatch egress-image build")
+    on = dx.egress_check(True, "pi-egress:latest", True, 3)
+    assert (on.status, on.finding) == (dx.OK, "on: jobs reach 3 destinations, through a proxy from "
+                                             "pi-egress:latest")

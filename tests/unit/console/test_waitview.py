@@ -67,7 +67,7 @@ def test_an_empty_table_says_no_job_waits() -> None:
 def test_status_has_a_waiting_line_after_windowed() -> None:
     status = {
         "paused": False, "pausedHosts": [], "queued": 0, "running": 0, "delayed": 3, "dead": 0,
-        "hosts": ["a", "b"], "heldByWindow": 1, "heldByWait": 2, "imageMissing": [],
+        "hosts": ["a", "b"], "heldByWindow": 1, "heldByWait": 2, "imageMissing": [], "egressOff": [],
     }  # fmt: skip
     lines = format_status(status).splitlines()
     at = lines.index("windowed 1 of the delayed wait for a quiet-hours window")
@@ -78,6 +78,10 @@ def test_status_has_a_waiting_line_after_windowed() -> None:
     assert format_status(status).splitlines()[-1] == (
         "image    missing on b: every job there is refused job-image-missing "
         "(build it: pi-dispatch job-image build)")
+    # So is one running its jobs unfiltered.
+    status["egressOff"] = ["a"]
+    assert format_status(status).splitlines()[-1] == (
+        "egress   off on a: jobs there reach the whole network (PI_EGRESS=0)")
 
 
 def test_a_hash_without_since_is_no_hold_and_bad_numbers_read_as_zero_or_no_wake() -> None:

@@ -32,7 +32,7 @@ from pidispatch.common.keys import (
     Keys,
 )
 from pidispatch.common.redis import Redis
-from pidispatch.common.registry import IMAGE_MISSING, JOB_IMAGE_FIELD, host_streams
+from pidispatch.common.registry import EGRESS_FIELD, IMAGE_MISSING, JOB_IMAGE_FIELD, host_streams
 from pidispatch.common.runtime import now_ms
 from pidispatch.common.scripts import CANCEL_QUEUED, STREAM_COUNTS
 from pidispatch.worker.waits.state import held_jobs, read_hold, release_hold
@@ -264,20 +264,22 @@ async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
         for m in members:
             pipe.exists(keys.host(m))
             pipe.hget(keys.host(m), JOB_IMAGE_FIELD)
+            pipe.hget(keys.host(m), EGRESS_FIELD)
         pipe.exists(keys.paused)
         pipe.zcard(keys.delayed)
         pipe.xlen(keys.dead)
         pipe.zcount(keys.window_held, f"({now_ms()}", "+inf")
         *per_host, paused, n_delayed, n_dead, n_windowed = await pipe.execute()
-    rows = list(zip(members, per_host[0::2], per_host[1::2], strict=True))
-    live = [m for m, alive, _ in rows if alive]
-    no_image = [m for m, alive, image in rows if alive and _s(image) == IMAGE_MISSING]
+    rows = list(zip(members, per_host[0::3], per_host[1::3], per_host[2::3], strict=True))
+    live = [m for m, alive, _, _ in rows if alive]
+    no_image = [m for m, alive, image, _ in rows if alive and _s(image) == IMAGE_MISSING]
+    unfiltered = [m for m, alive, _, egress in rows if alive and _s(egress) == "off"]
     # Read through the holds so an index member whose hash expired is pruned, not counted.
     n_waiting = len(await held_jobs(redis, keys))
     return {
         "paused": bool(paused), "pausedHosts": paused_hosts, "queued": queued, "running": running,
         "delayed": int(n_delayed), "dead": int(n_dead), "hosts": live, "heldByWindow": int(n_windowed),
-        "heldByWait": n_waiting, "imageMissing": no_image,
+        "heldByWait": n_waiting, "imageMissing": no_image, "egressOff": unfiltered,
     }  # fmt: skip
 
 
@@ -296,6 +298,9 @@ def format_status(status: dict[str, Any]) -> str:
     if status["imageMissing"]:
         rows.append(("image", f"missing on {', '.join(status['imageMissing'])}: every job there is refused "
                               "job-image-missing (build it: pi-dispatch job-image build)"))
+    if status["egressOff"]:
+        rows.append(("egress", f"off on {', '.join(status['egressOff'])}: jobs there reach the whole network "
+                               "(PI_EGRESS=0)"))
     return "\n".join(f"{name:<8} {value}" for name, value in rows)
 
 

@@ -124,6 +124,17 @@ def image_check(ref: str, facts: ImageFacts | None, forges: Sequence[str]) -> Ch
     return ok(name, summary)
 
 
+def egress_check(enabled: bool, image: str, present: bool | None, destinations: int) -> Check:
+    """``present`` None: the daemon was not asked (egress off)."""
+    if not enabled:
+        return Check("egress", WARN, "off (PI_EGRESS=0): job containers reach the whole network",
+                     "unset PI_EGRESS: each job then reaches only its allowlist, through the proxy")
+    if not present:
+        return Check("egress", FAIL, f"{image} is not on this Docker host: every job would be refused "
+                     "egress-proxy-missing", "pi-dispatch egress-image build (or PI_EGRESS=0)")
+    return ok("egress", f"on: jobs reach {destinations} destinations, through a proxy from {image}")
+
+
 def disarmed_indexes(data: object) -> list[int]:
     """The indexes of entries whose ``on`` carries ``disarmed`` (spent one-shots) in a parsed file."""
     entries = data.get("triggers") if isinstance(data, dict) else None

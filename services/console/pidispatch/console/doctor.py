@@ -29,6 +29,7 @@ from pidispatch.console.diagnosis import Check
 from pidispatch.forges.config import ForgeConfig, load_forge_config_by_forge
 from pidispatch.forges.receive import receive_of
 from pidispatch.forges.route import route_of
+from pidispatch.worker.egress.rules import destinations
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 5.0
@@ -263,9 +264,25 @@ async def _docker(settings: Settings, config: ForgeConfig, timeout_s: float, ref
                                    "check the daemon"))
             return checks
         checks.append(dx.image_check(settings.job_image, facts, config.configured_forges()))
+        checks.append(await _egress(docker, settings, config, timeout_s))
         return checks
     finally:
         await docker.close()
+
+
+async def _egress(docker: Any, settings: Settings, config: ForgeConfig, timeout_s: float) -> Check:
+    egress = settings.egress
+    count = len(destinations(settings, config.job_urls()))
+    if not egress.enabled:
+        return dx.egress_check(False, egress.image, None, count)
+    try:
+        await within(docker.images.inspect(egress.image), timeout_s)
+        present = True
+    except TimeoutError:
+        return dx.Check("egress", dx.FAIL, f"Docker {late(timeout_s)}", "check the daemon")
+    except Exception:
+        present = False
+    return dx.egress_check(True, egress.image, present, count)
 
 
 # ---- triggers, forges, webhook secrets ----------------------------------------------------------

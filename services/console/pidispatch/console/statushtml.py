@@ -138,6 +138,10 @@ def overview_html(view: Overview | None, banner: str | None = None) -> str:
         ("KEY", "SIZE"), ((view.delayed_key, view.delayed), (view.dead_key, view.dead)), "",
     )
     paused = '<p class="bad">paused: no worker takes new jobs (pi-dispatch resume)</p>' if view.paused else ""
+    unfiltered = [h.name for h in view.hosts if h.egress == "off"]
+    if unfiltered:
+        names = html.escape(", ".join(unfiltered))
+        paused += f'<p class="bad">egress off on {names}: jobs reach the whole network (PI_EGRESS=0)</p>'
     body = (f"{paused}<h2>Queues</h2>{queues}{lag}{held}<h2>Live hosts</h2>{hosts_table(view.hosts)}"
             f"{_links()}")
     return page("overview", "overview", body, banner)
@@ -146,11 +150,11 @@ def overview_html(view: Overview | None, banner: str | None = None) -> str:
 def hosts_table(hosts: Sequence[HostRow]) -> str:
     rows = [
         (h.name, "?" if h.stale_ms is None else f"{h.stale_ms // 1000}s ago", "yes" if h.routes else "no",
-         f"{_n(h.running)}/{_n(h.concurrency)}", ",".join(sorted(h.caps)) or None, h.version or None,
-         "live" if is_live(h) else "stale")
+         f"{_n(h.running)}/{_n(h.concurrency)}", ",".join(sorted(h.caps)) or None, h.egress or None,
+         h.version or None, "live" if is_live(h) else "stale")
         for h in hosts
     ]
-    return table(("NAME", "BEAT", "ROUTES", "RUNNING", "CAPS", "VERSION", "STATE"), rows,
+    return table(("NAME", "BEAT", "ROUTES", "RUNNING", "CAPS", "EGRESS", "VERSION", "STATE"), rows,
                  "no live hosts (workers write their row every 15 s)")
 
 

@@ -42,6 +42,13 @@ def _model_line(env: dict[str, str], standin: bool) -> str:
     return f"{named} at {env['PI_MODEL_BASE_URL']}" if env.get("PI_MODEL_BASE_URL") else named
 
 
+def _egress_line(env: dict[str, str]) -> str:
+    if env.get("PI_EGRESS") == "0":
+        return (f"off: jobs reach the whole network (build the filter once: {cli_path()} egress-image build, "
+                "then start dev again)")
+    return "on: each job reaches only its forge and its model, through the egress proxy"
+
+
 def print_banner(
     env: dict[str, str], prefix: str, port: int, logs_dir: str, state: Path, *, model_standin: bool
 ) -> None:
@@ -68,6 +75,7 @@ def print_banner(
         f"  run records  {logs_dir}\n"
         f"  job image    {env['PI_JOB_IMAGE']}\n"
         f"  model        {_model_line(env, model_standin)}\n"
+        f"  egress       {_egress_line(env)}\n"
         f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
         f"{curl}\n\n"
         "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"

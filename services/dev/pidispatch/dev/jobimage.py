@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.dev import egressimage
 from pidispatch.dev.imagebuild import EXTRA_CA_NAME, build_or_check
 
 DEFAULT_TAG = "pi-job:latest"
@@ -88,11 +89,16 @@ async def build(args: argparse.Namespace) -> int:
     image_dir = await asyncio.to_thread(find_image_dir)
     files = await asyncio.to_thread(context_files, image_dir)
     # The Dockerfile's build stage hands the context's CA bundle to npm; the final stage never sees it.
-    return await build_or_check(
+    code = await build_or_check(
         "job-image", plan_.tag, files, [plan_.base, plan_.runtime],
         lambda hash_, context: build_argv(plan_, build_hash_=hash_, context=context),
         base_script=image_dir / BASE_SCRIPT if plan_.build_base else None, check=args.check,
     )
+    if code != 0 or args.check:
+        return code
+    # Every job of the real agent runs behind the egress proxy (PI_EGRESS, on by default): one command
+    # makes both images, so the README's one build step gives a working, filtered job.
+    return await egressimage.build(argparse.Namespace(tag=egressimage.DEFAULT_TAG, base=None, check=False))
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -156,6 +156,10 @@ async def _start(stack: _Stack, state: Path, stop: asyncio.Event) -> Settings | 
     env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
     if env["PI_JOB_IMAGE"] == DEFAULT_IMAGE:
         stack.model = await _model_standin(env)
+    if settings.egress.enabled and not await _has_image(settings.egress.image):
+        # The first run must work without the proxy image (a minute of Debian packages to build); the
+        # banner says the filter is off and how to turn it on.
+        env["PI_EGRESS"] = "0"
     for name in SERVICES:
         stack.children[name] = await asyncio.create_subprocess_exec(
             sys.executable, "-m", f"pidispatch.{name}", env=env, start_new_session=True
@@ -261,6 +265,22 @@ def _sample_triggers(path: Path) -> Path:
     if not path.exists():
         path.write_text(json.dumps(SAMPLE_TRIGGERS, indent=2) + "\n")
     return path
+
+
+async def _has_image(image: str) -> bool:
+    """``image`` is on the daemon (False when no daemon answers: jobs wait for one anyway)."""
+    import aiodocker
+
+    try:
+        docker = aiodocker.Docker()
+    except Exception:
+        return False
+    try:
+        return await asyncio.wait_for(_image_exists(docker, image), 5)
+    except Exception:
+        return False
+    finally:
+        await docker.close()
 
 
 async def _job_image(env: dict[str, str], image: str) -> str:
