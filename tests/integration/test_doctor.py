@@ -22,6 +22,7 @@ from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis, create_redis
 from tests.support.forges import GithubStandIn, gitlab_forge
+from tests.support.images import require_built
 from tests.support.processes import RedisProcess
 
 GITHUB_RULE = {"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}
@@ -183,15 +184,19 @@ async def test_a_healthy_setup_is_all_ok(
     await client.sadd(keys.hosts, "w1")
     await client.aclose()
     github.forge.state["scopes"] = "repo, read:org"
-    report = await doctor({**setup, **github.env(), "REDIS_URL": own_redis.url, "PI_JOB_IMAGE": test_image})
+    # Healthy includes the egress filter on (the default) with its proxy image here.
+    require_built("pi-egress:latest", "egress-image", required=os.environ.get("PD_REQUIRE_DOCKER") == "1",
+                  flag="PD_REQUIRE_DOCKER")
+    env = {k: v for k, v in setup.items() if k != "PI_EGRESS"}
+    report = await doctor({**env, **github.env(), "REDIS_URL": own_redis.url, "PI_JOB_IMAGE": test_image})
     docker = aiodocker.Docker()
     driver = (await docker.system.info())["Driver"]
     await docker.close()
     expected = {c: "ok" for c in report.checks} | ({"docker": "warn"} if driver == "vfs" else {})
     assert {c: report.status(c) for c in report.checks} == expected, report.body
     assert list(report.checks) == [
-        "config", "variables", "redis", "streams", "docker", "job-image", "triggers", "forge:github",
-        "webhook-secrets", "budget", "clock", "hosts", "dead",
+        "config", "variables", "redis", "streams", "docker", "job-image", "egress", "triggers",
+        "forge:github", "webhook-secrets", "budget", "clock", "hosts", "dead",
     ]
     assert report.code == (1 if driver == "vfs" else 0)
     assert report.checks["forge:github"]["finding"] == "identity resolved; token scopes repo,read:org"

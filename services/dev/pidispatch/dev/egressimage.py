@@ -13,7 +13,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from pidispatch.common.errors import ConfigError
+from pidispatch.dev import imagebuild
 from pidispatch.dev.imagebuild import ImagePlan, build_argv, build_or_check, plan_of
 
 DEFAULT_TAG = "pi-egress:latest"
@@ -31,16 +31,7 @@ def plan(args: argparse.Namespace) -> ImagePlan:
 
 
 def find_image_dir(start: Path | None = None) -> Path:
-    """``images/egress`` in the repository this package is installed from (editable), searched upwards."""
-    here = (start or Path(__file__)).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / IMAGE_DIR
-        if (candidate / "Dockerfile").is_file():
-            return candidate
-    raise ConfigError(
-        f"no {IMAGE_DIR}/Dockerfile above {here}; egress-image build needs the repository checkout "
-        "(pip install -e . from it)"
-    )
+    return imagebuild.find_image_dir(IMAGE_DIR, "egress-image", start)
 
 
 def context_files(image_dir: Path) -> dict[str, bytes]:
@@ -60,22 +51,9 @@ async def build(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "egress-image", help="build the egress proxy image jobs reach the outside through",
-        description="Build the squid image that forwards only what a job's egress rules allow.",
-    )
-    verbs = p.add_subparsers(dest="egress_image_command", metavar="VERB", required=True)
-    b = verbs.add_parser(
-        "build", help="build the egress proxy image; skipped when nothing changed",
-        description="Build the egress proxy image with docker; nothing is rebuilt when its inputs are "
-        "unchanged.",
-    )
-    b.add_argument(
-        "--base", default=None,
-        help="image with Debian's squid package to build on "
+    imagebuild.add_build_verb(
+        sub, "egress-image", image="egress proxy image", default_tag=DEFAULT_TAG, build=build,
+        summary="the egress proxy image jobs reach the outside through (squid: what a job's rules allow)",
+        base_help="image with Debian's squid package to build on "
         "(default: the Debian base from images/egress/build-base.sh)",
     )
-    b.add_argument("--tag", default=DEFAULT_TAG, help=f"the image's tag (default {DEFAULT_TAG})")
-    b.add_argument("--check", action="store_true",
-                   help="build nothing: exit 0 when the image is current for this tree, else 1")
-    b.set_defaults(func=build)

@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,39 @@ def build_argv(plan: ImagePlan, *, build_hash_: str, context: Path) -> list[str]
         "-t", plan.tag,
         str(context),
     ]
+
+
+def find_image_dir(rel: Path, what: str, start: Path | None = None) -> Path:
+    """``rel`` (a folder holding a Dockerfile) in the repository this package is installed from (editable),
+    searched upwards from ``start``."""
+    here = (start or Path(__file__)).resolve()
+    for folder in (here, *here.parents):
+        if (folder / rel / "Dockerfile").is_file():
+            return folder / rel
+    raise ConfigError(
+        f"no {rel}/Dockerfile above {here}; {what} build needs the repository checkout "
+        "(pip install -e . from it)"
+    )
+
+
+def add_build_verb(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    verb: str, *, image: str, summary: str, base_help: str, default_tag: str,
+    build: Callable[[argparse.Namespace], Awaitable[int]],
+) -> argparse.ArgumentParser:
+    """``pi-dispatch <verb> build [--base] [--tag] [--check]``; returns the ``build`` parser for more."""
+    p = sub.add_parser(verb, help=f"build {summary}", description=f"Build {summary}.")
+    verbs = p.add_subparsers(dest=f"{verb.replace('-', '_')}_command", metavar="VERB", required=True)
+    b: argparse.ArgumentParser = verbs.add_parser(
+        "build", help=f"build the {image}; skipped when nothing changed",
+        description=f"Build the {image} with docker; nothing is rebuilt when its inputs are unchanged.",
+    )
+    b.add_argument("--base", default=None, help=base_help)
+    b.add_argument("--tag", default=default_tag, help=f"the image's tag (default {default_tag})")
+    b.add_argument("--check", action="store_true",
+                   help="build nothing: exit 0 when the image is current for this tree, else 1")
+    b.set_defaults(func=build)
+    return b
 
 
 def human_size(n: int) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.dev import egressimage
+from pidispatch.dev import egressimage, imagebuild
 from pidispatch.dev.imagebuild import EXTRA_CA_NAME, build_or_check
 
 DEFAULT_TAG = "pi-job:latest"
@@ -51,16 +51,7 @@ def plan(args: argparse.Namespace) -> BuildPlan:
 
 
 def find_image_dir(start: Path | None = None) -> Path:
-    """``images/job`` in the repository this package is installed from (editable), searched upwards."""
-    here = (start or Path(__file__)).resolve()
-    for folder in (here, *here.parents):
-        candidate = folder / IMAGE_DIR
-        if (candidate / "Dockerfile").is_file():
-            return candidate
-    raise ConfigError(
-        f"no {IMAGE_DIR}/Dockerfile above {here}; job-image build needs the repository checkout "
-        "(pip install -e . from it)"
-    )
+    return imagebuild.find_image_dir(IMAGE_DIR, "job-image", start)
 
 
 def context_files(image_dir: Path) -> dict[str, bytes]:
@@ -102,21 +93,11 @@ async def build(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("job-image", help="build the job image (pi and its runner)",
-                       description="Build the image jobs run in (PI_JOB_IMAGE): the pi agent and its runner.")
-    verbs = p.add_subparsers(dest="job_image_command", metavar="VERB", required=True)
-    b = verbs.add_parser(
-        "build", help="build the job image; skipped when nothing changed",
-        description="Build the job image with docker; nothing is rebuilt when its inputs are unchanged.",
-    )
-    b.add_argument(
-        "--base", default=None,
-        help="image with node >= 20.6 and npm to build on (default: the Debian base from build-base.sh)",
+    b = imagebuild.add_build_verb(
+        sub, "job-image", image="job image", default_tag=DEFAULT_TAG, build=build,
+        summary="the image jobs run in (PI_JOB_IMAGE): the pi agent and its runner",
+        base_help="image with node >= 20.6 and npm to build on (default: the Debian base from build-base.sh)",
     )
     b.add_argument(
         "--runtime", default=None, help="image for the final stage (default: the same as --base)"
     )
-    b.add_argument("--tag", default=DEFAULT_TAG, help=f"the image's tag (default {DEFAULT_TAG})")
-    b.add_argument("--check", action="store_true",
-                   help="build nothing: exit 0 when the image is current for this tree, else 1")
-    b.set_defaults(func=build)

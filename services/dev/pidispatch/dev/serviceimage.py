@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 
 from pidispatch.common.errors import ConfigError
+from pidispatch.dev import imagebuild
 from pidispatch.dev.imagebuild import ImagePlan, build_argv, build_or_check, plan_of
 
 DEFAULT_TAG = "pi-dispatch:latest"
@@ -68,19 +69,9 @@ async def build(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("service-image", help="build the services' image that compose.yaml runs",
-                       description="Build the image compose.yaml runs receiver, router and worker from.")
-    verbs = p.add_subparsers(dest="service_image_command", metavar="VERB", required=True)
-    b = verbs.add_parser(
-        "build", help="build the service image; skipped when nothing changed",
-        description="Build the service image with docker; nothing is rebuilt when its inputs are unchanged.",
-    )
-    b.add_argument(
-        "--base", default=None,
-        help="image with python >= 3.11 (venv), git, redis-server, haproxy and curl to build on "
+    imagebuild.add_build_verb(
+        sub, "service-image", image="service image", default_tag=DEFAULT_TAG, build=build,
+        summary="the services' image that compose.yaml runs (receiver, router, worker, redis, the front)",
+        base_help="image with python >= 3.11 (venv), git, redis-server, haproxy and curl to build on "
         "(default: the Debian base from images/service/build-base.sh)",
     )
-    b.add_argument("--tag", default=DEFAULT_TAG, help=f"the image's tag (default {DEFAULT_TAG})")
-    b.add_argument("--check", action="store_true",
-                   help="build nothing: exit 0 when the image is current for this tree, else 1")
-    b.set_defaults(func=build)
