@@ -3,7 +3,8 @@
 Starts a private redis-server, builds a tiny job image (the test agent: prints an exit line, exits 0) and
 runs the real worker in this process (``run_worker``), the way ``pi-dispatch worker`` runs it. In the same
 run it measures the floor: bare aiodocker create → wait → start of the same image with the same container
-config (``to_docker_config`` of an equal spec), no Redis, no records. With ``--kind github`` (forge jobs on
+config (``to_docker_config`` of an equal spec: on an internal network too when egress is on, the default),
+no Redis, no records. With ``--kind github`` (forge jobs on
 dev's stand-in GitHub) the floor is what a hand-written job does: ``git clone --depth 1`` of the
 repository, then the same create → start; the worker side mints, reads the tip and the protection from the
 API and fetches exactly that commit.
@@ -339,6 +340,9 @@ class Bare:
     host: str
     clone_url: str | None = None
     count: int = field(default=0)
+    # With egress on, an internal network like the worker's jobs get: Docker takes ~80 ms longer to start
+    # a container on a user-defined network than on its bridge, and both sides pay it.
+    network: str = "bridge"
 
     def config(self, job_id: str, name: str, workspace: str) -> dict[str, Any]:
         mem = self.settings.job_memory_bytes
@@ -348,6 +352,7 @@ class Bare:
             mounts=(Mount(self.job_dir, JOB_MOUNT, True), Mount(workspace, WORKSPACE_MOUNT, False)),
             memory_bytes=mem, nano_cpus=self.settings.job_nano_cpus, shm_size=min(SHM_CAP_BYTES, mem // 2),
             user=self.settings.job_user, labels={LABEL_JOB: job_id, LABEL_HOST: self.host},
+            network=self.network,
         )
         return to_docker_config(spec)
 
@@ -460,6 +465,11 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
         shaped = bench_job(run, 0, "github", root)
         bare = Bare(bare_docker, await prepare_workspace(shaped, settings), settings, f"bench-bare-{run}",
                     clone_url=bare_clone_url)
+        if settings.egress.enabled:
+            bare.network = f"bench-bare-net-{run}"
+            await bare_docker.networks.create({
+                "Name": bare.network, "Internal": True,
+                "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"}})
         async with ContainerEvents() as events, running_worker(settings, redis, keys) as worker:
             # Warm-up: the first create after an image import pays for the daemon's first look at it.
             await worker_latency(redis, keys, settings, events, worker, warm)
@@ -489,6 +499,9 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
             async with ContainerEvents() as events:
                 await measure_agent(args, m, base_env, redis, run, root, events)
     finally:
+        if settings.egress.enabled:
+            with contextlib.suppress(aiodocker.DockerError):
+                await (await bare_docker.networks.get(f"bench-bare-net-{run}")).delete()
         await bare_docker.close()
     m.foreign.append(await foreign_cores())
     return m
@@ -527,6 +540,9 @@ async def bench(args: argparse.Namespace, tmp: Path) -> Measured:
         "PI_LOGS_DIR": str(tmp / "logs"), "PI_JOBS_DIR": str(tmp / "jobs"),
         # A benchmark spends no money: the default daily cap of 25 would refuse the later jobs.
         "PI_DAILY_CAP": "1000000",
+        # The egress filter as deployed (on); PI_EGRESS=0 in this process's environment measures without
+        # it. The bare side never has it: the difference is what the filter costs a job.
+        "PI_EGRESS": os.environ.get("PI_EGRESS", "1"),
     }
     settings = load_settings(base_env)
     try:

@@ -107,7 +107,7 @@ async def test_a_label_job_runs_the_real_agent_which_edits_the_clone_and_keys_st
     assert rec["tokens"]["total"] == 2 * (PROMPT_TOKENS + COMPLETION_TOKENS)
     assert [s.authorized for s in model.seen] == [True, True]
     # On its own network, with no route to the host: the model was reached through the egress proxy.
-    assert shown["HostConfig"]["NetworkMode"].endswith("-net")
+    assert shown["HostConfig"]["NetworkMode"].startswith("pd-net-")
     assert container_env["HTTPS_PROXY"].startswith("http://pd-egress-")
     # The key only in the provider's variable, the token only in the forge's (spec: the closed allowlist).
     assert {k for k, v in container_env.items() if KEY in v} == {STANDIN_KEY_VAR}

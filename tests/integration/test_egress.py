@@ -27,7 +27,10 @@ from aiohttp import web
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
+from pidispatch.common.settings import load_settings
 from pidispatch.dev.modelstandin import bridge_gateway
+from pidispatch.worker.egress.network import members, reap_networks
+from pidispatch.worker.egress.proxy import egress_for
 from pidispatch.worker.engine.preflight import CAPABILITIES_LABEL
 from tests.support.images import require_built
 from tests.support.polling import wait_for
@@ -167,7 +170,8 @@ async def test_with_defaults_a_job_reaches_its_allowlist_through_the_proxy_and_n
     worker, job_id, probes = await _run_probe(run_env, redis, keys, tmp_path, steer)
     try:
         denied = await wait_for(lambda: _scrape(metrics_port), 10, what="the refusals counted")
-        networks = await docker.networks.list(filters={"label": [f"pd.job={job_id}"]})
+        networks = await docker.networks.list(filters={"label": [f"pd.host={env['PI_WORKER_NAME']}"]})
+        on_them = [members(await (await docker.networks.get(n["Id"])).show()) for n in networks]
         proxies = await docker.containers.list(filters=json.dumps(
             {"label": ["pd.role=egress-proxy", f"pd.host={env['PI_WORKER_NAME']}"]}))
     finally:
@@ -181,7 +185,9 @@ async def test_with_defaults_a_job_reaches_its_allowlist_through_the_proxy_and_n
     assert {probes[f"direct {a}/direct"], probes[f"direct {b}/direct"]}.isdisjoint({"200", "403"})
     assert allowed.seen == ["/allowed"] and other.seen == []
     assert denied == 2
-    assert networks == [] and len(proxies) == 1  # the job's network went with it; the proxy stays
+    # The job's network is free again for the next job: only the proxy (which stays) is on it.
+    assert len(proxies) == 1 and on_them == [[proxies[0]["Names"][0].lstrip("/")]]
+    assert [n["Internal"] for n in networks] == [True]
     assert worker.logged("egress_on") and not worker.logged("egress_off")
 
 
@@ -199,3 +205,30 @@ async def test_with_egress_off_a_job_connects_directly_and_the_worker_says_so(
     assert allowed.seen == ["/direct"]
     (off,) = worker.logged("egress_off")
     assert off["level"] == "warning"
+
+
+async def test_a_restarted_worker_never_hands_a_network_holding_a_reattached_job_to_another_job(
+    env: dict[str, str], docker: aiodocker.Docker, egress_image: str, probe_image: str,
+) -> None:
+    # Jobs reuse this host's networks; a job's network holds only it and the proxy while it runs, also
+    # when its worker restarted under it (a new process, nothing in memory).
+    settings = load_settings({k: v for k, v in env.items() if k != "PI_EGRESS"})
+    proxy = egress_for(settings, docker, ())
+    assert proxy is not None
+    await proxy.ensure()
+    first = await proxy.networks.take("job-1")
+    job = await docker.containers.create(
+        {"Image": probe_image, "Cmd": ["sleep", "60"], "Entrypoint": [],
+         "Labels": {"pd.host": settings.worker_name, "pd.job": "job-1"},
+         "HostConfig": {"NetworkMode": first}}, name=f"pd-test-{settings.worker_name}")
+    # Running: a network lists only running members; an exited job's container never runs again.
+    await job.start()
+    restarted = egress_for(settings, docker, ())
+    assert restarted is not None
+    second = await restarted.networks.take("job-2")
+    assert second != first
+    assert await restarted.networks.release("job-2", since=0) == 0
+    assert await restarted.networks.take("job-3") == second  # free again, reused
+    await job.delete(force=True)
+    # At boot, idle networks go; the proxy is left on none of them.
+    assert await reap_networks(docker, settings.worker_name) == 2

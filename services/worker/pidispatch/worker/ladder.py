@@ -25,7 +25,6 @@ from pidispatch.forges import FORGES
 from pidispatch.forges.api import Tip, forge_api
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import previous_run_at
-from pidispatch.worker.egress.network import open_network
 from pidispatch.worker.egress.proxy import EgressRefused
 from pidispatch.worker.egress.rules import job_env
 from pidispatch.worker.engine.attempt import AttemptOutcome
@@ -215,7 +214,7 @@ async def _spend(
     launched = time.monotonic()
     try:
         if ctx.egress is not None:
-            network = await open_network(ctx.docker, job.id, ctx.host, ctx.egress.name)
+            network = await ctx.egress.networks.take(job.id)
             spec = replace(spec, network=network, env={**spec.env, **job_env(ctx.egress.name)})
         result = await run_container(
             ctx.docker, spec, timeout_s=s.job_timeout_s, abort=held.abort, on_started=started,

@@ -25,7 +25,7 @@ from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.streams import delivery_count, send_to_dead, wire
 from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import count_stall
-from pidispatch.worker.egress.network import close_networks
+from pidispatch.worker.egress.network import reap_networks
 from pidispatch.worker.engine.attempt import AttemptOutcome
 from pidispatch.worker.engine.runner import (
     ContainerGone,
@@ -268,11 +268,15 @@ async def _conclude(
 
 
 async def _remove_job(ctx: WorkerContext, job_id: str, host: str, *, since_ms: int) -> None:
-    """The job's containers, then its egress network: the proxy's refusals of it are counted on the way."""
+    """The job's containers, then its egress network is free again: the proxy's refusals of it are counted
+    on the way. A dead host's job: its idle networks go (nobody else would remove them)."""
     await remove_job_containers(ctx.docker, job_id, host)
     if ctx.egress is None:
         return
-    denied = await close_networks(ctx.docker, job_id, host, since=max(since_ms // 1000 - 1, 0))
+    if host != ctx.host:
+        await reap_networks(ctx.docker, host)
+        return
+    denied = await ctx.egress.networks.release(job_id, since=max(since_ms // 1000 - 1, 0))
     if denied:
         ctx.metrics.egress_denied(denied)
         get_logger().warning("egress_denied", job=job_id, requests=denied)

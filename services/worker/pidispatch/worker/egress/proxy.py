@@ -18,12 +18,18 @@ from aiodocker.exceptions import DockerError
 
 from pidispatch.common.log import get_logger
 from pidispatch.common.settings import Settings
-from pidispatch.worker.egress.rules import destinations, proxy_name, squid_rules, unreachable_providers
+from pidispatch.worker.egress.network import NetworkPool
+from pidispatch.worker.egress.rules import (
+    LABEL_ROLE,
+    destinations,
+    proxy_name,
+    squid_rules,
+    unreachable_providers,
+)
 from pidispatch.worker.engine import dockerapi
 from pidispatch.worker.engine.container import LABEL_HOST
 from pidispatch.worker.engine.runner import DockerUnavailable, force_remove, is_unreachable
 
-LABEL_ROLE = "pd.role"
 ROLE_PROXY = "egress-proxy"
 # The image runs squid as its own unprivileged user (proxy, uid 13) with no capability at all; the one
 # file it writes at start (its rules) lives on a tmpfs, so its root filesystem is read-only.
@@ -125,6 +131,7 @@ class EgressProxy:
         self.docker = docker
         self.spec = spec
         self._lock = asyncio.Lock()
+        self.networks = NetworkPool(docker, spec.host, spec.name)
 
     @property
     def name(self) -> str:

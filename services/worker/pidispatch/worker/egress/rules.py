@@ -16,6 +16,8 @@ from pidispatch.common.settings import Settings
 
 PROXY_PORT = 3128
 PROXY_PREFIX = "pd-egress-"
+# The label that tells the egress proxy and the job networks apart from job containers (pd.job).
+LABEL_ROLE = "pd.role"
 # The public endpoint of each provider pi knows (keys in common.envnames.PROVIDER_KEY_VARS).
 PROVIDER_HOSTS: Mapping[str, tuple[str, ...]] = {
     "anthropic": ("api.anthropic.com",),
