@@ -508,7 +508,7 @@ async def measure(args: argparse.Namespace, settings: Settings, redis: Redis, ke
 
 
 async def cleanup(tag: str, hosts: list[str]) -> None:
-    """No container or image of this run outlives it."""
+    """No container, network or image of this run outlives it."""
     docker = aiodocker.Docker()
     try:
         for host in hosts:
@@ -517,6 +517,10 @@ async def cleanup(tag: str, hosts: list[str]) -> None:
             for c in found:
                 with contextlib.suppress(aiodocker.DockerError):
                     await c.delete(force=True)
+            # The worker's job networks (egress on), its proxy gone with the containers above.
+            for net in await docker.networks.list(filters={"label": [f"{LABEL_HOST}={host}"]}):
+                with contextlib.suppress(aiodocker.DockerError):
+                    await (await docker.networks.get(net["Id"])).delete()
         with contextlib.suppress(aiodocker.DockerError):
             await docker.images.delete(tag, force=True)
     finally:
