@@ -95,6 +95,35 @@ end
 return added
 """)
 
+# Mark where a consumer group stands in the events stream: (entries read by the group up to its last
+# delivered entry, that entry's id), the same scale as TRIM_MARK's "added". The router calls it as it
+# reads, so a backlog drained between two trim passes still has marks all along it, and a cut keeping
+# PD_EVENTS_MAXLEN exists as soon as the router caught up. Redis 7 reports entries-read; older servers
+# (and a counter Redis cannot know) return false and mark nothing.
+# KEYS: stream, marks. ARGV: group, spacing, marks kept. Returns the group's entries-read or false.
+GROUP_MARK = Script("""
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then return false end
+for _, g in ipairs(groups) do
+  local name, read, last
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1]
+    elseif g[i] == 'entries-read' then read = g[i + 1]
+    elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+  end
+  if name == ARGV[1] then
+    if type(read) ~= 'number' then return false end
+    local below = redis.call('ZREVRANGEBYSCORE', KEYS[2], read, '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #below == 0 or read - tonumber(below[2]) >= tonumber(ARGV[2]) then
+      redis.call('ZADD', KEYS[2], read, last)
+      redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[3]) + 1))
+    end
+    return read
+  end
+end
+return false
+""")
+
 # Move one entry from a dead host's stream, only if it still exists and the group never delivered it.
 # The job's state hash, when given, then names the new stream and entry (the entry's ``id`` field names it).
 # KEYS: source stream, target stream[, job state hash]. ARGV: group, entry id, state ttl s.

@@ -46,7 +46,7 @@ from pidispatch.forges import pipeline
 from pidispatch.router.consumer import consumer_name
 from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
-from pidispatch.router.trim import run_trimmer
+from pidispatch.router.trim import mark_read, mark_spacing, run_trimmer
 from pidispatch.triggers import decisionlog, decisions, jobs
 from pidispatch.triggers.decision import Ask, Drop, Fire, Subject
 from pidispatch.triggers.decisions import RouteOutcome
@@ -157,6 +157,8 @@ class Router:
         self._backlog: str | None = "0"  # cursor through our own pending entries; None once drained
         self._claim_cursor = "0-0"
         self._claim_every = max(settings.claim_idle_ms / 2000, 1.0)
+        self._mark_spacing = mark_spacing(settings.events_maxlen)
+        self._unmarked = 0  # entries read since the group's position was last marked for the trimmer
         self._next_claim = 0.0
         self._next_retry = 0.0
 
@@ -207,6 +209,12 @@ class Router:
             self._backlog = entries[-1][1] if entries else None
         else:
             entries = await self._read_new(stop)
+            self._unmarked += len(entries)
+            if self._unmarked >= self._mark_spacing:
+                # A backlog read between two trim passes is marked all along it: the trimmer can cut
+                # to PD_EVENTS_MAXLEN as soon as the router caught up, not after that many new arrivals.
+                self._unmarked = 0
+                await mark_read(self.redis, self.keys, self._mark_spacing)
         if entries:
             self.metrics.read(len(entries))
             await self.process_page([(entry_id, fields) for _, entry_id, fields in entries])

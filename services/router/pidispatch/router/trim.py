@@ -5,8 +5,10 @@ job stream keeps no finished entry. Nothing pending or undelivered is ever cut: 
 group's oldest pending entry nor its last-delivered one, and a stream without a group is left whole.
 
 How many entries a cut keeps is known without a scan: the events stream is marked with (entries ever
-added, last id) every keep/64 additions, "ever added" being XLEN plus what trimming removed. A mark at
-least ``keep`` additions old is a cut that keeps at least ``keep`` entries. Each step is one ``XTRIM
+added, last id) every keep/64 additions, "ever added" being XLEN plus what trimming removed, at each
+trim pass and, as the router reads, at its group's position (Redis 7's entries-read), so a backlog read
+between two passes is marked all along. A mark at least ``keep`` additions old is a cut that keeps at
+least ``keep`` entries. Each step is one ``XTRIM
 MINID ~ LIMIT``: whole nodes, a bounded count, so no command holds Redis for long.
 """
 
@@ -19,6 +21,7 @@ from typing import cast
 from redis.exceptions import RedisError
 
 from pidispatch.common.keys import (
+    ROUTER_GROUP,
     TRIM_INTERVAL_S,
     TRIM_MARK_SPACING,
     TRIM_MARKS_MAX,
@@ -29,7 +32,7 @@ from pidispatch.common.keys import (
 from pidispatch.common.models import text
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import every
-from pidispatch.common.scripts import TRIM_MARK, TRIM_STEP
+from pidispatch.common.scripts import GROUP_MARK, TRIM_MARK, TRIM_STEP
 
 # Above every real id: the cap of a stream that keeps no finished entry.
 NO_CAP = f"{2**64 - 1}-{2**64 - 1}"
@@ -64,10 +67,20 @@ async def _groups(r: Redis, stream: str) -> list[tuple[str | None, str]]:
     return out
 
 
+def mark_spacing(keep: int) -> int:
+    """Pure: additions between two marks, so ``TRIM_MARKS_MAX`` marks span several times ``keep``."""
+    return max(keep // TRIM_MARK_SPACING, 1)
+
+
+async def mark_read(r: Redis, keys: Keys, spacing: int) -> None:
+    """Mark the router group's position (entries it has read, its last delivered id) for the trimmer."""
+    await GROUP_MARK(r, [keys.events, keys.events_marks], [ROUTER_GROUP, spacing, TRIM_MARKS_MAX])
+
+
 async def _count_cap(r: Redis, keys: Keys, keep: int) -> str | None:
     """The id of the newest mark at least ``keep`` additions old (None: the stream is not over ``keep``)."""
     stream, trimmed, marks = keys.events, keys.events_trimmed, keys.events_marks
-    added = await TRIM_MARK(r, [stream, trimmed, marks], [max(keep // TRIM_MARK_SPACING, 1), TRIM_MARKS_MAX])
+    added = await TRIM_MARK(r, [stream, trimmed, marks], [mark_spacing(keep), TRIM_MARKS_MAX])
     if added is None:
         return None
     found = await r.zrevrangebyscore(marks, int(added) - keep, "-inf", start=0, num=1, withscores=True)
