@@ -173,7 +173,8 @@ async def test_router_killed_after_enqueue_before_ack_creates_no_duplicate_job(
     assert await redis.xlen(keys.jobs) == 1 and await pending(redis, keys) == 1
     assert await decision(redis, keys, delivery) == {}
 
-    peer = ServiceProcess("router", {**env, "PD_ROUTER_NAME": "router-peer"}, tmp_path / "peer.log")
+    peer = ServiceProcess("router", {**env, "PD_ROUTER_NAME": "router-peer", "PD_LOG_LEVEL": "debug"},
+                          tmp_path / "peer.log")
     peer.start()
     try:
         d = await wait_for(lambda: decision(redis, keys, delivery), timeout=15, what="the peer's decision")

@@ -48,7 +48,7 @@ async def test_events_explain_and_replay_after_fixing_the_triggers_file(
 ) -> None:
     triggers = Path(base_env["PI_TRIGGERS_FILE"])
     triggers.write_text(json.dumps({"triggers": [OTHER_RULE]}))
-    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router = ServiceProcess("router", {**base_env, "PD_LOG_LEVEL": "debug"}, tmp_path / "router.log")
     router.start()
     try:
         delivery = await append(redis, keys)
@@ -156,7 +156,7 @@ async def test_the_router_starts_on_an_empty_list_and_warns_once(
     base_env: dict[str, str], tmp_path: Path
 ) -> None:
     Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": []}))
-    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router = ServiceProcess("router", {**base_env, "PD_LOG_LEVEL": "debug"}, tmp_path / "router.log")
     router.start()
     try:
         await wait_for(lambda: router.logged("triggers_watching"), timeout=15, what="the router to start")
@@ -170,7 +170,7 @@ async def test_events_shows_a_replay_as_a_replay_and_a_cancelled_job_as_cancelle
     base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
 ) -> None:
     Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
-    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router = ServiceProcess("router", {**base_env, "PD_LOG_LEVEL": "debug"}, tmp_path / "router.log")
     router.start()
     try:
         delivery = await append(redis, keys)

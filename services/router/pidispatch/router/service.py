@@ -310,7 +310,7 @@ class Router:
             return
         if isinstance(w.decision, Drop):
             w.outcome = RouteOutcome("dropped", reason=w.decision.reason)
-            self.log.info("dropped", delivery=event.delivery, reason=w.decision.reason)
+            self.log.debug("dropped", delivery=event.delivery, reason=w.decision.reason)
 
     async def _ask(self, w: _Work) -> Verdict:
         assert isinstance(w.decision, Ask) and w.event is not None
@@ -332,7 +332,7 @@ class Router:
         w.decision = pipeline.resume(w.event, rules, self.self_ids, verdict.value is True)
         if isinstance(w.decision, Drop):
             w.outcome = RouteOutcome("dropped", reason=w.decision.reason)
-            self.log.info("dropped", delivery=w.event.delivery, reason=w.decision.reason)
+            self.log.debug("dropped", delivery=w.event.delivery, reason=w.decision.reason)
 
     async def _enqueue_page(self, fires: list[_Work]) -> None:
         """Every replica of every firing entry through the ENQUEUE script, in one pipeline."""
@@ -353,15 +353,17 @@ class Router:
             self.metrics.enqueued(time.monotonic() - w.read_at)
 
     def _outcome(self, w: _Work, ids: list[str], streams: list[str], replies: list[Any]) -> RouteOutcome:
+        # Per-event lines are debug: a JSON line per delivery was a hot-path cost, and pd:decisions
+        # (pi-dispatch events, explain) and the metrics already say what became of each.
         assert isinstance(w.decision, Fire) and w.event is not None
         decoded = [[text(part) for part in reply] for reply in replies]
         outcome = decisions.enqueued(w.entry_id, w.decision.index, ids, streams, decoded)
         pairs = zip(ids, decoded, outcome.jobs, outcome.streams, strict=True)
         for job_id, (status, *_), carrier, stream in pairs:
             if stream == "-":  # another entry's job carries this work
-                self.log.info("deduplicated", delivery=w.event.delivery, job=job_id, survivor=carrier)
+                self.log.debug("deduplicated", delivery=w.event.delivery, job=job_id, survivor=carrier)
             else:
-                self.log.info(
+                self.log.debug(
                     "enqueued", delivery=w.event.delivery, job=job_id, trigger=w.decision.index,
                     existing=status == "duplicate",
                 )
