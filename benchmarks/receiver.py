@@ -336,7 +336,8 @@ async def bench(args: argparse.Namespace, body: bytes, tmp: Path) -> Measured:
         return measured
 
 
-def report(args: argparse.Namespace, m: Measured) -> bool:
+def report(args: argparse.Namespace, m: Measured) -> tuple[bool, float]:
+    """Print the table; (every target met, the throughput ratio)."""
     rate = {n: sum(r.answered for r in rs) / sum(r.elapsed_s for r in rs) for n, rs in m.rounds.items()}
     cpu = {n: {k: sum(v) / len(v) for k, v in per.items()} for n, per in m.cpu_us.items()}
     print(f"\n{'target':<10}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}  CPU µs/req: {'server':>6}{'redis':>6}"
@@ -363,7 +364,7 @@ def report(args: argparse.Namespace, m: Measured) -> bool:
     if (busy := max(m.foreign_cores)) > FOREIGN_CORES_WARN:
         print(f"WARNING: other processes kept {busy:.2f} cores busy during a throughput round; "
               "the machine was not quiet, so the ratio is unreliable")
-    return ratio_ok and p99_ok
+    return ratio_ok and p99_ok, ratio
 
 
 def main() -> int:
@@ -375,8 +376,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds per target")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--no-spool", action="store_true", help="skip the spool phase")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI's mode (~25 s): one 5 s round a target, 1 s warm-up, no spool phase")
+    parser.add_argument("--floor", type=float, default=None,
+                        help="exit 1 when the ratio to the reference, measured in this run, is below this")
     parser.add_argument("--serve-reference", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.duration, args.warmup, args.rounds, args.no_spool = 5.0, 1.0, 1, True
     if args.serve_reference is not None:
         stream = Keys(os.environ.get("PD_KEY_PREFIX", PREFIXES["reference"])).events
         return asyncio.run(serve_reference(args.serve_reference, os.environ["REDIS_URL"],
@@ -392,7 +399,10 @@ def main() -> int:
         print(f"BROKEN: {exc} (logs kept in {tmp})", file=sys.stderr)
         return 1
     shutil.rmtree(tmp, ignore_errors=True)
-    met = report(args, measured)
+    met, ratio = report(args, measured)
+    if args.floor is not None and ratio < args.floor:
+        print(f"FLOOR: ratio {ratio:.2f} is below the floor {args.floor:g}")
+        return 1
     return 1 if args.check and not met else 0
 
 

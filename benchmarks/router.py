@@ -108,6 +108,8 @@ async def measure(url: str, n: int, workdir: Path) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--floor", type=float, default=None,
+                        help="exit 1 when the ratio to the bare loop, measured in this run, is below this")
     parser.add_argument("--serve-bare", nargs=2, metavar=("URL", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_bare:
@@ -133,6 +135,9 @@ def main() -> int:
     met = router_eps >= TARGET_EPS and ratio >= TARGET_RATIO
     verdict = "met" if met else "NOT met"
     print(f"target >= {TARGET_EPS:.0f} events/s and >= {TARGET_RATIO} of the ceiling: {verdict}")
+    if args.floor is not None and ratio < args.floor:
+        print(f"FLOOR: ratio {ratio:.2f} is below the floor {args.floor:g}")
+        return 1
     return 0
 
 
