@@ -188,7 +188,7 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
     stream = labeled_events("pi:r7", deliveries)
     async with r.pipeline(transaction=False) as pipe:
         for event in stream:  # as the receiver appends them
-            seen = remembered(keys.seen, f"{event.forge}:{event.delivery}", event.received_at)
+            seen = remembered(keys.seen_window, f"{event.forge}:{event.delivery}", event.received_at)
             fields = chain.from_iterable(event.to_fields().items())
             INGEST.in_pipeline(pipe, [*seen.buckets, keys.events], [seen.digest, seen.expire_at_s, *fields])
         await pipe.execute()
@@ -277,7 +277,7 @@ async def dedup_curve(r: Redis, volumes: tuple[int, ...]) -> None:
         for start in range(0, per_day, 5000):
             async with r.pipeline(transaction=False) as pipe:
                 for _ in range(min(5000, per_day - start)):  # what INGEST appends for a new delivery
-                    found = remembered(keys.seen, f"github:{uuid.uuid4()}", now)
+                    found = remembered(keys.seen_window, f"github:{uuid.uuid4()}", now)
                     pipe.append(found.buckets[0], found.digest)
                     pipe.expireat(found.buckets[0], found.expire_at_s)
                 await pipe.execute()

@@ -12,7 +12,7 @@ FIELDS = ["forge", "github", "event", "issues", "delivery", "d-1", "received_at"
 
 
 async def _ingest(redis: Redis, keys: Keys, delivery: str, at_ms: int) -> bool:
-    seen = remembered(keys.seen, f"github:{delivery}", at_ms)
+    seen = remembered(keys.seen_window, f"github:{delivery}", at_ms)
     entry = await INGEST(redis, [*seen.buckets, keys.events], [seen.digest, seen.expire_at_s, *FIELDS])
     return entry is not None
 
@@ -20,7 +20,7 @@ async def _ingest(redis: Redis, keys: Keys, delivery: str, at_ms: int) -> bool:
 async def _enqueue_reply(
     redis: Redis, keys: Keys, job_id: str, semantic: str, at_ms: int, event_entry: str = ""
 ) -> list[str]:
-    known = remembered(keys.jobid, job_id, at_ms)
+    known = remembered(keys.jobid_window, job_id, at_ms)
     reply = await ENQUEUE(
         redis, [*known.buckets, keys.dedup(semantic), keys.job(job_id), keys.jobs],
         [job_id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry,
@@ -47,7 +47,7 @@ async def test_a_redelivery_inside_the_window_is_refused_and_after_it_accepted(
 
 async def test_a_digest_spanning_two_stored_ones_is_not_a_match(redis: Redis, keys: Keys) -> None:
     today = now_ms()
-    first = remembered(keys.seen, "github:x", today)
+    first = remembered(keys.seen_window, "github:x", today)
     # Two digests whose junction spells a third: only a digest that starts on a boundary may match.
     await redis.set(first.buckets[0], b"\x00" * 3 + first.digest + b"\x00" * 3)
     assert await _ingest(redis, keys, "x", today)

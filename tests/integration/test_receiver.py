@@ -139,9 +139,9 @@ async def test_signed_issues_labeled_is_appended_once_with_the_posted_bytes(
         received_at=RECEIVED_AT,
         body=ISSUES_LABELED.decode(),
     )
-    assert await is_remembered(redis, keys.seen, f"github:{delivery}", RECEIVED_AT)
+    assert await is_remembered(redis, keys.seen_window, f"github:{delivery}", RECEIVED_AT)
     # Remembered for the dedup window: its bucket outlives its day by WINDOW_DAYS, and no longer.
-    bucket = remembered(keys.seen, f"github:{delivery}", RECEIVED_AT).buckets[0]
+    bucket = remembered(keys.seen_window, f"github:{delivery}", RECEIVED_AT).buckets[0]
     expires_in = (RECEIVED_AT // DAY_MS + WINDOW_DAYS + 1) * DAY_MS // 1000 - int(time.time())
     assert expires_in - 2 <= await redis.ttl(bucket) <= expires_in
 

@@ -203,7 +203,7 @@ async def test_azure_payloads_are_stored_by_event_type_with_the_body_id(
     assert len(stored) == 2
     entries = await _entries(redis, keys)
     assert [(e["event"].decode(), e["delivery"].decode(), e["body"]) for e in entries] == stored
-    assert await is_remembered(redis, keys.seen, f"azure:{AZURE_PR_ID}", RECEIVED_AT)
+    assert await is_remembered(redis, keys.seen_window, f"azure:{AZURE_PR_ID}", RECEIVED_AT)
 
 
 async def test_redelivery_is_a_duplicate_on_every_forge(client: Client, redis: Redis, keys: Keys) -> None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pidispatch.common.dedup import STORED_BYTES, remembered
 from pidispatch.common.redis import Redis
 
 
-async def is_remembered(redis: Redis, bucket: Callable[[int, int], str], identity: str, now_ms: int) -> bool:
+async def is_remembered(
+    redis: Redis, window: Callable[[int, int], Sequence[str]], identity: str, now_ms: int
+) -> bool:
     """Is ``identity`` in one of the buckets a check at ``now_ms`` would look at?"""
-    found = remembered(bucket, identity, now_ms)
+    found = remembered(window, identity, now_ms)
     for name in found.buckets:
         stored = await redis.get(name) or b""
         digests = {stored[i:i + STORED_BYTES] for i in range(0, len(stored), STORED_BYTES)}

@@ -67,7 +67,8 @@ def key_shapes(keys: Keys) -> set[str]:
             continue
         if isinstance(member, property):
             shapes.add(getattr(keys, name))
-        elif inspect.isfunction(member):
+        elif inspect.isfunction(member) and inspect.signature(member).return_annotation in ("str", str):
+            # One name a call (a window of prefixes is built from the same parts as its names).
             params = list(inspect.signature(member).parameters.values())[1:]
             shapes.add(getattr(keys, name)(*(HOLE for _ in params)))
     return shapes

@@ -13,7 +13,7 @@ n / 2**62 for n remembered (7e-12 at 31 million). Identities reach this only onc
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 DAY_MS = 24 * 3600 * 1000
@@ -38,11 +38,12 @@ def digest(identity: str) -> tuple[int, bytes]:
     return int.from_bytes(full[:2], "big") % SHARDS, full[2:]
 
 
-def remembered(bucket: Callable[[int, int], str], identity: str, now_ms: int) -> Remembered:
-    """``bucket(day, shard)`` names a bucket; ``now_ms`` picks today (UTC days since the epoch)."""
+def remembered(window: Callable[[int, int], Sequence[str]], identity: str, now_ms: int) -> Remembered:
+    """``window(today, days)`` names the buckets of ``days`` days back from ``today``, newest first, all
+    but the shard (``Keys.seen_window``); ``now_ms`` picks today (UTC days since the epoch)."""
     shard, stored = digest(identity)
     today = now_ms // DAY_MS
-    days = range(today, today - WINDOW_DAYS - 1, -1)
     # Kept until its day is out of every later check: the end of day today + WINDOW_DAYS.
     expire_at_s = (today + WINDOW_DAYS + 1) * DAY_MS // 1000
-    return Remembered([bucket(day, shard) for day in days], stored, expire_at_s)
+    suffix = str(shard)
+    return Remembered([prefix + suffix for prefix in window(today, WINDOW_DAYS + 1)], stored, expire_at_s)

@@ -6,6 +6,7 @@ share one Redis without seeing each other.
 
 from __future__ import annotations
 
+import functools
 import re
 
 DAY_S = 24 * 3600
@@ -114,6 +115,11 @@ TRIM_MARKS_MAX = 256
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 
+@functools.lru_cache(maxsize=16)
+def _day_prefixes(base: str, today: int, days: int) -> tuple[str, ...]:
+    return tuple(f"{base}:{day}:" for day in range(today, today - days, -1))
+
+
 class Keys:
     """Builds the names of one deployment's keys."""
 
@@ -139,6 +145,11 @@ class Keys:
     def seen(self, day: int, shard: int) -> str:
         """The deliveries seen on ``day`` (UTC days since the epoch) whose digest falls in ``shard``."""
         return self._k("seen", str(day), str(shard))
+
+    def seen_window(self, today: int, days: int) -> tuple[str, ...]:
+        """``seen(day, shard)`` of ``days`` days back from ``today`` (newest first) but the shard, which the
+        caller appends: built once a day, not 32 names a request (the receiver's hot path)."""
+        return _day_prefixes(self._k("seen"), today, days)
 
     def decided(self, day: int, shard: int) -> str:
         """The router's decisions on deliveries whose events entry is of ``day`` and digest in ``shard``."""
@@ -175,6 +186,10 @@ class Keys:
     def jobid(self, day: int, shard: int) -> str:
         """The job ids queued on ``day`` whose digest falls in ``shard``."""
         return self._k("jobid", str(day), str(shard))
+
+    def jobid_window(self, today: int, days: int) -> tuple[str, ...]:
+        """``jobid(day, shard)`` of ``days`` days back from ``today`` (newest first) but the shard."""
+        return _day_prefixes(self._k("jobid"), today, days)
 
     def dedup(self, semantic_key: str) -> str:
         return self._k("dedup", semantic_key)

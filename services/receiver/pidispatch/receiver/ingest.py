@@ -45,7 +45,7 @@ class Ingest:
         """
         # The fields of pidispatch.common.models.Event, built flat so a request allocates no Event;
         # the body goes as the received bytes, verbatim.
-        seen = remembered(self._keys.seen, f"{forge}:{delivery}", received_at)
+        seen = remembered(self._keys.seen_window, f"{forge}:{delivery}", received_at)
         keys = [*seen.buckets, self._events]
         args = (
             seen.digest,

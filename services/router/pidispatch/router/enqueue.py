@@ -62,7 +62,7 @@ class Enqueuer:
                 for job, semantic, stream in planned:
                     pairs = list(chain.from_iterable(job_to_fields(job).items()))
                     # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
-                    known = remembered(self.keys.jobid, job.id, now)
+                    known = remembered(self.keys.jobid_window, job.id, now)
                     ENQUEUE.in_pipeline(
                         pipe,
                         [*known.buckets, self.keys.dedup(semantic), self.keys.job(job.id), stream],

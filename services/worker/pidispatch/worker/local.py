@@ -336,7 +336,7 @@ async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple
     propagate. The job id is the dedup key, so every caller racing with the same id queues one job."""
 
     pairs = list(chain.from_iterable(job_to_fields(job).items()))
-    known = remembered(keys.jobid, job.id, job.enqueued_at or now_ms())
+    known = remembered(keys.jobid_window, job.id, job.enqueued_at or now_ms())
     reply = await ENQUEUE(
         redis,
         [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), keys.job(job.id), stream],
