@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -120,3 +121,19 @@ def test_every_verb_has_help_a_description_and_help_on_every_flag() -> None:
         for action in sub._actions:
             if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
                 assert action.help, f"{name} {action.option_strings or action.dest}: no help"
+
+
+def test_a_reader_that_goes_away_ends_the_verb_quietly() -> None:
+    # `pi-dispatch events | head -1`: the verb's next write finds the pipe closed.
+    verb = ("import argparse, sys\n"
+            "from pidispatch.common.cli import run\n"
+            "def talk(args):\n"
+            "    for _ in range(100_000): print('a line of output')\n"
+            "sys.exit(run(talk, argparse.Namespace()))\n")
+    proc = subprocess.Popen([sys.executable, "-c", verb], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"a line of output\n"
+    proc.stdout.close()  # what head does after its line
+    code = proc.wait(30)
+    err = proc.stderr.read().decode()
+    assert code == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -78,6 +78,11 @@ def run(func: object, args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`pi-dispatch events | head -1`): nothing more to say, and the interpreter's
+        # last flush of stdout must not fail again with a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a writer stopped by SIGPIPE
 
 
 # The verbs that read a deployment: run in a `pi-dispatch dev` folder, they find that dev (devstate).
