@@ -215,6 +215,7 @@ async def test_a_restarted_worker_never_hands_a_network_holding_a_reattached_job
     settings = load_settings({k: v for k, v in env.items() if k != "PI_EGRESS"})
     proxy = egress_for(settings, docker, ())
     assert proxy is not None
+    proxy.start("inst1")
     await proxy.ensure()
     first = await proxy.networks.take("job-1")
     job = await docker.containers.create(
@@ -225,10 +226,11 @@ async def test_a_restarted_worker_never_hands_a_network_holding_a_reattached_job
     await job.start()
     restarted = egress_for(settings, docker, ())
     assert restarted is not None
+    restarted.start("inst1")
     second = await restarted.networks.take("job-2")
     assert second != first
     assert await restarted.networks.release("job-2", since=0) == 0
     assert await restarted.networks.take("job-3") == second  # free again, reused
     await job.delete(force=True)
     # At boot, idle networks go; the proxy is left on none of them.
-    assert await reap_networks(docker, settings.worker_name) == 2
+    assert await reap_networks(docker, settings.worker_name, "inst1") == 2

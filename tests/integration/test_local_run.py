@@ -182,7 +182,7 @@ async def test_local_job_writes_into_the_folder_as_the_folders_owner_never_root(
     try:
         spec = build_spec(
             job, job_dir, settings, env={"PI_JOB_ID": container_name(job.id), "PI_OFFLINE": "1"},
-            user=local_user(facts), workspace=str(folder),
+            user=local_user(facts), workspace=str(folder), instance="t",
         )
         result = await run_container(docker, spec, timeout_s=60, abort=Abort())
         assert result.container_id is not None
@@ -191,7 +191,7 @@ async def test_local_job_writes_into_the_folder_as_the_folders_owner_never_root(
     finally:
         await remove_workspace(job_dir, settings.jobs_dir)
         # Kept after its exit (the worker removes it once recorded): this test is the worker here.
-        await remove_job_containers(docker, job.id, settings.worker_name)
+        await remove_job_containers(docker, job.id, settings.worker_name, "t")
     assert result.exit_code == 0
     written = folder / "agent-was-here"
     assert written.read_text().strip() == "4242"
@@ -232,13 +232,13 @@ async def test_the_demo_agent_leaves_a_local_folder_clean_for_the_next_run(
     job_dir = await prepare_workspace(job, settings, sha=facts.sha)
     try:
         spec = build_spec(job, job_dir, settings, env={"PI_JOB_ID": container_name(job.id)},
-                          user=local_user(facts), workspace=str(folder))
+                          user=local_user(facts), workspace=str(folder), instance="t")
         result = await run_container(docker, spec, timeout_s=60, abort=Abort())
         assert result.container_id is not None
         said = "".join(await docker.containers.container(result.container_id).log(stdout=True))
     finally:
         await remove_workspace(job_dir, settings.jobs_dir)
-        await remove_job_containers(docker, job.id, settings.worker_name)
+        await remove_job_containers(docker, job.id, settings.worker_name, "t")
     assert result.exit_code == 0
     assert "writable by this job's uid 4242" in said
     status = await asyncio.to_thread(

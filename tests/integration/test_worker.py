@@ -62,9 +62,11 @@ async def test_worker_runs_job_in_isolated_container_and_records_completed(
         assert host["NanoCpus"] == 1_000_000_000
         assert host["Init"] is True and host["AutoRemove"] is False and host["Privileged"] is False
         assert info["Config"]["User"] == "1000:1000"
-        # The image's own labels are inherited; the worker adds exactly these two.
+        # The image's own labels are inherited; the worker adds exactly these three (pd.instance: this
+        # deployment's id, kept in Redis, by which it finds its own containers).
         own = {k: v for k, v in info["Config"]["Labels"].items() if not k.startswith("dev.pi-dispatch.")}
-        assert own == {"pd.job": job.id, "pd.host": worker_name}
+        instance = (await redis.get(keys.instance) or b"").decode()
+        assert own == {"pd.job": job.id, "pd.host": worker_name, "pd.instance": instance} and instance
         assert info["Name"] == f"/pi-job-{job.id}"
         mounts = {m["Destination"]: m for m in info["Mounts"]}
         assert mounts["/job"]["RW"] is False and mounts["/workspace"]["RW"] is True

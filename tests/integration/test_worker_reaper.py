@@ -12,6 +12,7 @@ import aiodocker
 import msgspec
 import structlog
 
+from pidispatch.common.instance import instance_id
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.worker.history.records import build_record, write_record
@@ -31,12 +32,19 @@ async def test_stray_container_of_this_host_is_removed_at_boot_and_others_are_le
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, worker_name: str,
     test_image: str,
 ) -> None:
-    def config(host: str, job: str) -> dict[str, Any]:
-        return {"Image": test_image, "Cmd": ["/bin/sleep", "60"],
-                "Labels": {"pd.job": job, "pd.host": host}, "HostConfig": {"AutoRemove": False}}
+    mine = await instance_id(redis, keys)
+
+    def config(host: str, job: str, instance: str | None = mine) -> dict[str, Any]:
+        labels = {"pd.job": job, "pd.host": host} | ({"pd.instance": instance} if instance else {})
+        return {"Image": test_image, "Cmd": ["/bin/sleep", "60"], "Labels": labels,
+                "HostConfig": {"AutoRemove": False}}
 
     stray = await docker.containers.run(config(worker_name, "gh-stray"), name=f"pi-job-stray-{worker_name}")
     other = await docker.containers.create(config("another-host", "gh-other"))
+    # Another deployment on this daemon with a worker of the same name (a dev stack beside production,
+    # say): its stray-looking container, and one from before the label whose job is unknown here.
+    foreign = await docker.containers.create(config(worker_name, "gh-theirs", instance="another-one"))
+    legacy = await docker.containers.create(config(worker_name, "gh-unknown", instance=None))
     try:
         with structlog.testing.capture_logs() as logs:
             async with running_worker(env, redis, keys, docker):
@@ -46,10 +54,11 @@ async def test_stray_container_of_this_host_is_removed_at_boot_and_others_are_le
                 )
         assert not await _exists(docker, stray.id)
         assert await _exists(docker, other.id)  # another host's container is not ours to touch
+        assert await _exists(docker, foreign.id) and await _exists(docker, legacy.id)  # nor these
         removed = [x for x in logs if x["event"] == "stray_container_removed"]
         assert [x["job"] for x in removed] == ["gh-stray"]
     finally:
-        for c in (stray, other):
+        for c in (stray, other, foreign, legacy):
             with contextlib.suppress(aiodocker.DockerError):
                 await c.delete(force=True)
 

@@ -210,13 +210,13 @@ class ContainerLedger:
         return {job: c for (h, job), c in self.counts.items() if h == host}
 
     async def running(self, host: str) -> int:
-        found = await self.docker.containers.list(
-            filters=json.dumps({"label": [f"pd.host={host}"], "status": ["running"]})
+        found = await self.docker.containers.list(  # job containers: not the host's egress proxy
+            filters=json.dumps({"label": [f"pd.host={host}", "pd.job"], "status": ["running"]})
         )
         return len(found)
 
     async def sweep(self, hosts: Iterable[str]) -> int:
-        """Remove every container of these hosts; how many there were."""
+        """Remove every container of these hosts, then their job networks; how many containers there were."""
         removed = 0
         for host in hosts:
             mine = json.dumps({"label": [f"pd.host={host}"]})
@@ -224,6 +224,9 @@ class ContainerLedger:
                 with contextlib.suppress(aiodocker.DockerError):
                     await c.delete(force=True)
                     removed += 1
+            for net in await self.docker.networks.list(filters={"label": [f"pd.host={host}"]}):
+                with contextlib.suppress(aiodocker.DockerError):
+                    await (await self.docker.networks.get(net["Id"])).delete()
         return removed
 
 

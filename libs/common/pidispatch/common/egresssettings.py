@@ -18,6 +18,10 @@ from pidispatch.common.configsyntax import checked_image
 from pidispatch.common.errors import ConfigError
 
 DEFAULT_IMAGE = "pi-egress:latest"
+# Where job networks take their /29s: RFC 2544's benchmarking range, rarely on a LAN. The host gets no
+# address on a job network (inhibit_ipv4), so an overlap could only matter inside the proxy.
+DEFAULT_SUBNETS = "198.18.0.0/15"
+JOB_PREFIX_LEN = 29
 ENTRY_LIMIT = 1000
 # A hostname (a leading dot: it and every subdomain) or an IPv4/IPv6 literal, with an optional port.
 _LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
@@ -47,6 +51,8 @@ class EgressSettings(msgspec.Struct, frozen=True, kw_only=True):
     allowlist: tuple[Destination, ...] = ()
     allowlist_file: str | None = None
     image: str = DEFAULT_IMAGE
+    # Job networks are /29s of this range, chosen by the worker: Docker's own pools give ~30 networks.
+    subnets: str = DEFAULT_SUBNETS
 
 
 def _is_ip(host: str) -> bool:
@@ -118,4 +124,17 @@ def load_egress_settings(env: Mapping[str, str]) -> EgressSettings:
                               f"accepted: a readable UTF-8 file, {ACCEPTED}") from None
         entries = parse_allowlist(path, text)
     image = checked_image((env.get("PD_EGRESS_IMAGE") or "").strip() or DEFAULT_IMAGE)
-    return EgressSettings(enabled=raw != "0", allowlist=entries, allowlist_file=path, image=image)
+    return EgressSettings(enabled=raw != "0", allowlist=entries, allowlist_file=path, image=image,
+                          subnets=_subnets(env.get("PD_EGRESS_SUBNETS")))
+
+
+def _subnets(raw: str | None) -> str:
+    text = (raw or "").strip() or DEFAULT_SUBNETS
+    try:
+        net = ipaddress.IPv4Network(text, strict=True)
+    except ValueError:
+        net = None
+    if net is None or net.prefixlen > JOB_PREFIX_LEN - 4:
+        raise ConfigError(f"PD_EGRESS_SUBNETS={text[:40]!r} is refused; accepted: an IPv4 network of 16 /29s "
+                          f"or more, like {DEFAULT_SUBNETS}")
+    return str(net)

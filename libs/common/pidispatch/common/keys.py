@@ -214,6 +214,12 @@ class Keys:
     def hosts(self) -> str:
         return self._k("hosts")
 
+    @property
+    def instance(self) -> str:
+        """This deployment's id (set once, by whichever process starts first): the ``pd.instance`` label
+        on everything it makes in Docker, by which it finds its own and never another's."""
+        return self._k("instance")
+
     def host(self, name: str) -> str:
         return self._k("host", name)
 

@@ -27,6 +27,9 @@ from pidispatch.common import devstate
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import ConfigError, InfraError
+from pidispatch.common.instance import LABEL_INSTANCE, instance_id
+from pidispatch.common.keys import Keys
+from pidispatch.common.redis import create_redis
 from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.dev.banner import DEFAULT_IMAGE, print_banner, webhook_url
@@ -97,6 +100,9 @@ class _Stack:
     forge: DemoForge | None = None
     model: ModelStandIn | None = None
     own: set[str] = field(default_factory=set)  # credentials dev made itself (devstate.DEV_OWNED)
+    # The deployment's id in dev's Redis: what dev's worker labels its containers and networks with, and
+    # all that the stop path removes (never another stack's of the same host name).
+    instance: str | None = None
 
 
 async def dev(args: argparse.Namespace) -> int:
@@ -124,7 +130,8 @@ async def dev(args: argparse.Namespace) -> int:
     finally:
         await asyncio.to_thread(devstate.remove_state, state, os.getpid())
         await _stop_children(stack.children)
-        await _sweep_containers(stack.env)
+        if stack.instance is not None:
+            await _sweep_containers(stack.env, stack.instance)
         if stack.forge is not None:
             await stack.forge.close()
         if stack.model is not None:
@@ -152,6 +159,7 @@ async def _start(stack: _Stack, state: Path, stop: asyncio.Event) -> Settings | 
         env.update(forge_env)
         stack.own.update(forge_env)
     settings = load_settings(env)  # validates everything before any child starts
+    stack.instance = await _instance_of(settings)
     _require_free_port(settings.receiver_bind, settings.receiver_port)
     env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
     if env["PI_JOB_IMAGE"] == DEFAULT_IMAGE:
@@ -412,8 +420,20 @@ async def _stop_children(children: dict[str, asyncio.subprocess.Process]) -> Non
     await asyncio.gather(*(_stop_process(p, STOP_BUDGET_S - 0.5) for p in children.values()))
 
 
-async def _sweep_containers(env: dict[str, str]) -> None:
-    """Belt and braces: remove any job container of this dev worker that outlived it."""
+async def _instance_of(settings: Settings) -> str | None:
+    """The deployment's id in the Redis dev uses (made now if new), or None when it does not answer."""
+    redis = create_redis(settings.redis_url, settings.redis_password)
+    try:
+        return await asyncio.wait_for(instance_id(redis, Keys(settings.key_prefix)), 5)
+    except Exception:
+        return None
+    finally:
+        await redis.aclose()
+
+
+async def _sweep_containers(env: dict[str, str], instance: str) -> None:
+    """Belt and braces: remove what this dev's worker made and left (job containers, its egress proxy and
+    job networks), found by this stack's own instance label, never by the host name alone."""
     import aiodocker
 
     try:
@@ -421,13 +441,17 @@ async def _sweep_containers(env: dict[str, str]) -> None:
         docker = aiodocker.Docker()
     except Exception:
         return
+    mine = [f"pd.host={host}", f"{LABEL_INSTANCE}={instance}"]
     try:
         found = await asyncio.wait_for(
-            docker.containers.list(all="1", filters=json.dumps({"label": [f"pd.host={host}"]})), 3
+            docker.containers.list(all="1", filters=json.dumps({"label": mine})), 3
         )
         for c in found:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.delete(force=True), 3)
+        for net in await asyncio.wait_for(docker.networks.list(filters={"label": mine}), 3):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for((await docker.networks.get(net["Id"])).delete(), 3)
     except Exception:
         return
     finally:

@@ -59,6 +59,8 @@ class WorkerContext:
     metrics: WorkerMetrics = field(default_factory=WorkerMetrics)
     # The egress proxy each job's network joins (PI_EGRESS); None when egress is off.
     egress: EgressProxy | None = None
+    # This deployment's id (common.instance), read at start: every container and network carries it.
+    instance: str = ""
 
     @property
     def host(self) -> str:

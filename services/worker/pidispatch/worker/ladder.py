@@ -196,7 +196,7 @@ async def _spend(
     name = container_name(job.id)
     try:
         env = container_env(job, name=name, settings=s, host_env=ctx.env, secrets=secrets, forge_token=token)
-        spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace)
+        spec = build_spec(job, job_dir, s, env=env, user=user, workspace=workspace, instance=ctx.instance)
     except (SpecRefused, JobConfigRefused, ValueError):
         # Recorded ``config-refused``: nothing ran, so the reservation goes back.
         await spend.refund()

@@ -131,7 +131,7 @@ async def _settle_earlier(ctx: WorkerContext, held: Held, job: Job, attempt: int
         return False  # it never started a container on the dead host: run it here
     # A peer sees the dead host's container only when both share one Docker daemon.
     owner = prior.host if held.origin == "peer" else ctx.host
-    leftover = await find_started(ctx.docker, job.id, owner) if owner else None
+    leftover = await find_started(ctx.docker, job.id, owner, ctx.instance) if owner else None
     if leftover is not None and not leftover.started:
         # Its container was created and never started (now removed): nothing was spent, run it.
         log.info("job_never_started", job=job.id)
@@ -270,11 +270,11 @@ async def _conclude(
 async def _remove_job(ctx: WorkerContext, job_id: str, host: str, *, since_ms: int) -> None:
     """The job's containers, then its egress network is free again: the proxy's refusals of it are counted
     on the way. A dead host's job: its idle networks go (nobody else would remove them)."""
-    await remove_job_containers(ctx.docker, job_id, host)
+    await remove_job_containers(ctx.docker, job_id, host, ctx.instance)
     if ctx.egress is None:
         return
     if host != ctx.host:
-        await reap_networks(ctx.docker, host)
+        await reap_networks(ctx.docker, host, ctx.instance)
         return
     denied = await ctx.egress.networks.release(job_id, since=max(since_ms // 1000 - 1, 0))
     if denied:

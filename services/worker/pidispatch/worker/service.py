@@ -21,6 +21,7 @@ from redis.typing import KeyT, StreamIdT
 from pidispatch.common.delayed import run_promoter
 from pidispatch.common.filewatch import watch_file
 from pidispatch.common.health import Backoff, Health
+from pidispatch.common.instance import instance_id
 from pidispatch.common.keys import READ_BLOCK_MS, WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields
@@ -166,6 +167,10 @@ class Worker:
             try:
                 for stream in self.streams:
                     await ensure_group(self.redis, stream, WORKER_GROUP)
+                # Before any container is looked at: this deployment's label on all it makes and finds.
+                self.ctx.instance = await instance_id(self.redis, self.keys)
+                if self.ctx.egress is not None:
+                    self.ctx.egress.start(self.ctx.instance)
                 self.ctx.redis_health.ok()
                 return True
             except RedisError as exc:
@@ -272,9 +277,9 @@ class Worker:
         if not self.reaped:
             self.reaped = await reap_strays(self.ctx, self.streams)
             if self.reaped:
-                await reap_networks(self.docker, self.ctx.host)
-                egress = self.ctx.egress
-                await reap_proxies(self.docker, self.ctx.host, egress.name if egress is not None else None)
+                host, instance, egress = self.ctx.host, self.ctx.instance, self.ctx.egress
+                await reap_networks(self.docker, host, instance)
+                await reap_proxies(self.docker, host, instance, egress.name if egress is not None else None)
             await self._say_if_job_image_missing()
         if self.docker_health.down:
             self.pending_due = time.monotonic()  # jobs that waited for Docker go first

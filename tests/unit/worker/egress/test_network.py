@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pidispatch.worker.egress.network import count_denied
+import ipaddress
+
+from pidispatch.worker.egress.network import candidate_subnets, count_denied
 
 
 def test_only_refusals_from_the_jobs_own_subnet_count() -> None:
@@ -16,3 +18,14 @@ def test_only_refusals_from_the_jobs_own_subnet_count() -> None:
     assert count_denied(lines, ["172.18.0.0/16"]) == 1
     assert count_denied(lines, ["172.18.0.0/16", "172.19.0.0/16"]) == 2
     assert count_denied(lines, ["not a subnet"]) == 0
+
+
+def test_a_network_tries_its_own_29s_in_order_from_a_spot_its_name_picks() -> None:
+    within = ipaddress.IPv4Network("198.18.0.0/15")
+    first = candidate_subnets(within, "pd-net-i-w-0")
+    assert first == candidate_subnets(within, "pd-net-i-w-0") and len(first) == 64
+    assert all(ipaddress.IPv4Network(s).subnet_of(within) and s.endswith("/29") for s in first)
+    assert len(set(first)) == 64
+    assert candidate_subnets(within, "pd-net-i-w-1")[0] != first[0]
+    small = candidate_subnets(ipaddress.IPv4Network("10.0.0.0/28"), "x")  # two /29s: each once
+    assert sorted(small) == ["10.0.0.0/29", "10.0.0.8/29"]

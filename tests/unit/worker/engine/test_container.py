@@ -45,13 +45,14 @@ def settings():
 
 
 def spec_of(job: Job, job_dir: str, settings, **kwargs: object) -> ContainerSpec:
+    kwargs.setdefault("instance", "i1")
     return build_spec(job, job_dir, settings, env=kwargs.pop("env", ENV), **kwargs)  # type: ignore[arg-type]
 
 
 def test_build_spec_names_labels_mounts_and_limits(settings) -> None:
     spec = spec_of(issue_job(id="gh-a:b/c"), "/jobs/job-x", settings)
     assert spec.name == "pi-job-gh-a_3ab_2fc"  # the injective name: "gh-a_b_c" is another container
-    assert spec.labels == {"pd.job": "gh-a:b/c", "pd.host": "hostA"}
+    assert spec.labels == {"pd.job": "gh-a:b/c", "pd.host": "hostA", "pd.instance": "i1"}
     assert [tuple(m) for m in spec.mounts] == [
         ("/jobs/job-x", "/job", True),
         ("/jobs/job-x/workspace", "/workspace", False),
@@ -75,7 +76,7 @@ def test_translation_carries_every_fixed_isolation_setting(settings) -> None:
     assert "Cmd" not in config and "Entrypoint" not in config
     assert config["User"] == "1000:1000"
     assert config["Image"] == "pi-job:latest"
-    assert config["Labels"] == {"pd.job": issue_job().id, "pd.host": "hostA"}
+    assert config["Labels"] == {"pd.job": issue_job().id, "pd.host": "hostA", "pd.instance": "i1"}
     host = config["HostConfig"]
     assert host["AutoRemove"] is False  # kept until its end is recorded, then removed by the worker
     assert host["Init"] is True

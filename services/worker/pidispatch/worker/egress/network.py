@@ -10,6 +10,7 @@ network to itself. The boot reaper removes this host's idle networks (never anot
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
 from typing import Any
 
@@ -17,6 +18,8 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from pidispatch.common.egresssettings import DEFAULT_SUBNETS, JOB_PREFIX_LEN
+from pidispatch.common.instance import LABEL_INSTANCE
 from pidispatch.common.log import get_logger
 from pidispatch.worker.egress.rules import LABEL_ROLE, PROXY_PREFIX
 from pidispatch.worker.engine.container import LABEL_HOST
@@ -27,10 +30,11 @@ NETWORK_PREFIX = "pd-net-"
 DENIED = "TCP_DENIED/"
 # More than any PI_CONCURRENCY needs: a pool this full means networks held by something else.
 POOL_LIMIT = 512
+SUBNET_TRIES = 64
 
 
-def network_name(host: str, slot: int) -> str:
-    return f"{NETWORK_PREFIX}{host}-{slot}"
+def network_name(instance: str, host: str, slot: int) -> str:
+    return f"{NETWORK_PREFIX}{instance}-{host}-{slot}"
 
 
 def _unavailable(exc: BaseException) -> DockerUnavailable:
@@ -64,12 +68,26 @@ def count_denied(lines: list[str], subnets: list[str]) -> int:
     return n
 
 
+def candidate_subnets(within: ipaddress.IPv4Network, name: str) -> list[str]:
+    """Pure: the /29s a network named ``name`` tries, in order: from a spot its name picks, so each
+    network of each host and deployment usually gets its first choice, then the ones after it."""
+    count = within.num_addresses >> (32 - JOB_PREFIX_LEN)
+    start = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest(), "big") % count
+    base = int(within.network_address)
+    size = 1 << (32 - JOB_PREFIX_LEN)
+    return [f"{ipaddress.IPv4Address(base + ((start + k) % count) * size)}/{JOB_PREFIX_LEN}"
+            for k in range(min(SUBNET_TRIES, count))]
+
+
 class NetworkPool:
     """This worker's job networks: ``take`` one for a job before its container exists, ``release`` it
     after the job's container is removed (its refusals counted on the way)."""
 
-    def __init__(self, docker: aiodocker.Docker, host: str, proxy: str) -> None:
-        self.docker, self.host, self.proxy = docker, host, proxy
+    def __init__(
+        self, docker: aiodocker.Docker, host: str, proxy: str, instance: str, subnets: str = DEFAULT_SUBNETS,
+    ) -> None:
+        self.docker, self.host, self.proxy, self.instance = docker, host, proxy, instance
+        self.subnets = ipaddress.IPv4Network(subnets)
         self._lock = asyncio.Lock()
         self._held: dict[str, str] = {}  # network name -> the job it was handed to
 
@@ -79,7 +97,7 @@ class NetworkPool:
         try:
             async with self._lock:
                 for slot in range(POOL_LIMIT):
-                    name = network_name(self.host, slot)
+                    name = network_name(self.instance, self.host, slot)
                     if name in self._held:
                         continue
                     info = await self._ensure(name)
@@ -102,19 +120,24 @@ class NetworkPool:
         except DockerError as exc:
             if exc.status != 404:
                 raise
-        labels = {LABEL_HOST: self.host, LABEL_ROLE: ROLE_NETWORK}
-        try:
-            net = await self.docker.networks.create({
-                "Name": name, "Internal": True, "CheckDuplicate": True, "Labels": labels,
-                # No address for the host on this bridge: an internal network still routes a job to the
-                # host itself (any service listening on 0.0.0.0 there), and this takes that route away.
-                "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"},
-            })
-        except DockerError as exc:
-            if exc.status != 409:  # made meanwhile by this host's previous process, still stopping
-                raise
-            net = await self.docker.networks.get(name)
-        return await net.show()
+        labels = {LABEL_HOST: self.host, LABEL_ROLE: ROLE_NETWORK, LABEL_INSTANCE: self.instance}
+        for subnet in candidate_subnets(self.subnets, name):
+            try:
+                net = await self.docker.networks.create({
+                    "Name": name, "Internal": True, "CheckDuplicate": True, "Labels": labels,
+                    # No address for the host on this bridge: an internal network still routes a job to
+                    # the host itself (any service listening on 0.0.0.0 there), and this takes that away.
+                    "Options": {"com.docker.network.bridge.inhibit_ipv4": "true"},
+                    "IPAM": {"Config": [{"Subnet": subnet}]},
+                })
+            except DockerError as exc:
+                if exc.status == 403 and "overlap" in exc.message.lower():
+                    continue  # another network holds this /29: the next candidate
+                if exc.status != 409:  # 409: made meanwhile by this host's previous process
+                    raise
+                net = await self.docker.networks.get(name)
+            return await net.show()
+        raise DockerError(503, f"no free /{JOB_PREFIX_LEN} in {self.subnets} after {SUBNET_TRIES} tries")
 
     async def _join(self, name: str, names: list[str]) -> None:
         """The current proxy on, and a proxy made for other rules off (its rules are not today's)."""
@@ -142,13 +165,13 @@ class NetworkPool:
             self._held.pop(name, None)
 
 
-async def reap_networks(docker: aiodocker.Docker, host: str) -> int:
-    """Remove ``host``'s job networks that no job holds (no member but a proxy): at boot, and for a dead
-    host whose jobs a peer took over. Returns how many; Docker failing skips it."""
+async def reap_networks(docker: aiodocker.Docker, host: str, instance: str) -> int:
+    """Remove ``host``'s job networks of this deployment that no job holds (no member but a proxy): at
+    boot, and for a dead host whose jobs a peer took over. Returns how many; Docker failing skips it."""
     removed = 0
     try:
-        labelled = await docker.networks.list(
-            filters={"label": [f"{LABEL_HOST}={host}", f"{LABEL_ROLE}={ROLE_NETWORK}"]})
+        labelled = await docker.networks.list(filters={"label": [
+            f"{LABEL_HOST}={host}", f"{LABEL_ROLE}={ROLE_NETWORK}", f"{LABEL_INSTANCE}={instance}"]})
         for row in labelled:
             net = await docker.networks.get(row["Id"])
             names = members(await net.show())

@@ -16,6 +16,8 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
+from pidispatch.common.egresssettings import DEFAULT_SUBNETS
+from pidispatch.common.instance import LABEL_INSTANCE
 from pidispatch.common.log import get_logger
 from pidispatch.common.settings import Settings
 from pidispatch.worker.egress.network import NetworkPool
@@ -54,6 +56,7 @@ class EgressRefused(Exception):
 class ProxySpec:
     name: str
     host: str  # the worker that owns it: its label, as on that worker's job containers
+    instance: str  # this deployment's id (common.instance): found by it, never by the host alone
     image: str
     rules: str
 
@@ -63,7 +66,7 @@ def proxy_config(spec: ProxySpec) -> dict[str, Any]:
     return {
         "Image": spec.image,
         "Env": [f"PD_EGRESS_RULES={spec.rules}"],
-        "Labels": {LABEL_ROLE: ROLE_PROXY, LABEL_HOST: spec.host},
+        "Labels": {LABEL_ROLE: ROLE_PROXY, LABEL_HOST: spec.host, LABEL_INSTANCE: spec.instance},
         "HostConfig": {
             "NetworkMode": "bridge",
             "CapDrop": ["ALL"],
@@ -125,13 +128,22 @@ async def _bring_up(docker: aiodocker.Docker, spec: ProxySpec) -> None:
 
 
 class EgressProxy:
-    """Brings the proxy up once per worker, and again whenever a job finds it gone or stopped."""
+    """Brings the proxy up once per worker, and again whenever a job finds it gone or stopped. Its name,
+    labels and networks need this deployment's id, known once Redis answered: ``start`` sets it."""
 
-    def __init__(self, docker: aiodocker.Docker, spec: ProxySpec) -> None:
-        self.docker = docker
-        self.spec = spec
+    def __init__(
+        self, docker: aiodocker.Docker, *, host: str, image: str, rules: str, subnets: str = DEFAULT_SUBNETS,
+    ) -> None:
+        self.docker, self.host, self.image, self.rules, self.subnets = docker, host, image, rules, subnets
         self._lock = asyncio.Lock()
-        self.networks = NetworkPool(docker, spec.host, spec.name)
+        self.spec = ProxySpec(name="", host=host, instance="", image=image, rules=rules)
+        self.networks = NetworkPool(docker, host, "", "")
+
+    def start(self, instance: str) -> None:
+        name = proxy_name(self.host, f"{instance}\n{self.rules}", self.image)
+        self.spec = ProxySpec(name=name, host=self.host, instance=instance, image=self.image,
+                              rules=self.rules)
+        self.networks = NetworkPool(self.docker, self.host, name, instance, self.subnets)
 
     @property
     def name(self) -> str:
@@ -139,6 +151,8 @@ class EgressProxy:
 
     async def ensure(self) -> None:
         """Raises ``EgressRefused`` or ``DockerUnavailable`` (the daemon does not answer)."""
+        if not self.spec.instance:
+            raise DockerUnavailable("the deployment's id is not known yet (Redis has not answered)")
         async with self._lock:
             try:
                 await _bring_up(self.docker, self.spec)
@@ -160,19 +174,19 @@ def egress_for(
         return None
     dests = destinations(settings, forge_urls)
     rules = squid_rules(dests)
-    image, host = settings.egress.image, settings.worker_name
-    spec = ProxySpec(name=proxy_name(host, rules, image), host=host, image=image, rules=rules)
-    log.info("egress_on", proxy=spec.name, destinations=len(dests))
+    log.info("egress_on", destinations=len(dests), image=settings.egress.image)
     for provider in unreachable_providers(settings):
         log.warning("egress_provider_unknown", provider=provider,
                     fix="name its API host in PI_EGRESS_ALLOWLIST, or set PI_MODEL_BASE_URL")
-    return EgressProxy(docker, spec)
+    return EgressProxy(docker, host=settings.worker_name, image=settings.egress.image, rules=rules,
+                       subnets=settings.egress.subnets)
 
 
-async def reap_proxies(docker: aiodocker.Docker, host: str, keep: str | None) -> int:
-    """At boot: remove this host's proxies other than ``keep`` (made for rules or an image it no longer
-    has) that no job network holds any more. Returns how many; Docker failing skips it."""
-    mine = json.dumps({"label": [f"{LABEL_ROLE}={ROLE_PROXY}", f"{LABEL_HOST}={host}"]})
+async def reap_proxies(docker: aiodocker.Docker, host: str, instance: str, keep: str | None) -> int:
+    """At boot: remove this host's proxies of this deployment other than ``keep`` (made for rules or an
+    image it no longer has) that no job network holds any more. Returns how many; Docker failing skips it."""
+    mine = json.dumps({"label": [f"{LABEL_ROLE}={ROLE_PROXY}", f"{LABEL_HOST}={host}",
+                                 f"{LABEL_INSTANCE}={instance}"]})
     removed = 0
     try:
         for container in await docker.containers.list(all=True, filters=mine):

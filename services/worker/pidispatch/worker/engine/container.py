@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from pidispatch.common.configsyntax import image_ref_ok
+from pidispatch.common.instance import LABEL_INSTANCE
 from pidispatch.common.models import Job
 from pidispatch.common.settings import Settings
 from pidispatch.worker.engine.jobname import job_file_name
@@ -88,6 +89,7 @@ def build_spec(
     env: Mapping[str, str | None],
     user: str | None = None,
     workspace: str | None = None,
+    instance: str,
 ) -> ContainerSpec:
     """Pure: what this job's container is. Raises ``ValueError`` for a refused image reference and
     ``SpecRefused`` for a workspace that is not an absolute path.
@@ -95,8 +97,9 @@ def build_spec(
     ``env`` is the job's closed allowlist, built by the caller (never the worker's environment).
     ``user`` defaults to ``PI_JOB_USER``; a local job passes its folder owner's ``uid:gid``.
     ``workspace`` defaults to the clone in ``<job_dir>/workspace``; a local job passes the operator's
-    folder. Bind mounts here never ask for an SELinux relabel: relabelling the operator's folder
-    would rewrite the labels of their own files.
+    folder. ``instance``: this deployment's id (``common.instance``), a label every lookup filters on.
+    Bind mounts here never ask for an SELinux relabel: relabelling the operator's folder would rewrite the
+    labels of their own files.
     """
     workspace = os.path.join(job_dir, "workspace") if workspace is None else workspace
     if not os.path.isabs(workspace):
@@ -113,7 +116,7 @@ def build_spec(
         nano_cpus=settings.job_nano_cpus,
         shm_size=min(SHM_CAP_BYTES, settings.job_memory_bytes // 2),
         user=settings.job_user if user is None else user,
-        labels={LABEL_JOB: job.id, LABEL_HOST: settings.worker_name},
+        labels={LABEL_JOB: job.id, LABEL_HOST: settings.worker_name, LABEL_INSTANCE: instance},
     )
 
 

@@ -1,4 +1,5 @@
-"""The boot reaper: containers labelled for this host that nothing will ever record or remove.
+"""The boot reaper: containers of this deployment labelled for this host that nothing will ever record or
+remove (another deployment's, on the same daemon and host name, carry another ``pd.instance``).
 
 Job containers are kept after their exit until their record is written, so the reaper
 must never take one whose outcome is not recorded yet: that one is re-attached by the job's own pending
@@ -15,6 +16,7 @@ from aiodocker.containers import DockerContainer
 from aiodocker.exceptions import DockerError
 from redis.exceptions import RedisError
 
+from pidispatch.common.instance import LABEL_INSTANCE
 from pidispatch.common.keys import WORKER_GROUP
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import decode_fields
@@ -22,7 +24,7 @@ from pidispatch.common.streams import pending
 from pidispatch.worker.context import WorkerContext
 from pidispatch.worker.engine import dockerapi
 from pidispatch.worker.engine.container import LABEL_HOST, LABEL_JOB
-from pidispatch.worker.engine.runner import force_remove
+from pidispatch.worker.engine.runner import force_remove, is_ours
 from pidispatch.worker.history.records import read_record
 from pidispatch.worker.lifecycle import TERMINAL_STATES
 
@@ -69,11 +71,14 @@ async def _owned_jobs(ctx: WorkerContext, streams: list[str]) -> set[str]:
 
 async def _decide(ctx: WorkerContext, container: DockerContainer, owned: set[str]) -> tuple[bool, str | None]:
     info = dockerapi.listed(container)
-    job_id = (info.get("Labels") or {}).get(LABEL_JOB)
+    labels = info.get("Labels") or {}
+    job_id = labels.get(LABEL_JOB)
     if not isinstance(job_id, str) or not job_id:
-        return True, None
+        return False, None  # not a job container (listed by the label's presence: cannot happen)
     state = decode_fields(await ctx.redis.hgetall(ctx.keys.job(job_id)))
     record = await read_record(ctx.settings.logs_dir, job_id)
+    if LABEL_INSTANCE not in labels and not state and record is None:
+        return False, job_id  # made before the label and unknown here: maybe another deployment's
     remove = should_remove(
         owned=job_id in owned, container_state=str(info.get("State") or ""), job_state=state,
         recorded_attempt=record.attempt if record is not None else None,
@@ -87,10 +92,12 @@ async def reap_strays(ctx: WorkerContext, streams: list[str]) -> bool:
     Runs before any job starts. Redis or Docker failing skips it (False: the next check tries again).
     """
     log = get_logger()
-    mine = json.dumps({"label": [f"{LABEL_HOST}={ctx.host}"]})
+    # This host's, of this deployment (or from before containers carried the label: see ``_decide``).
+    mine = json.dumps({"label": [f"{LABEL_HOST}={ctx.host}", LABEL_JOB]})  # job containers: not the proxy
     try:
         owned = await _owned_jobs(ctx, streams)
-        containers = await ctx.docker.containers.list(all=True, filters=mine)
+        containers = [c for c in await ctx.docker.containers.list(all=True, filters=mine)
+                      if is_ours(dockerapi.listed(c).get("Labels") or {}, ctx.instance)]
         verdicts = [(c, *await _decide(ctx, c, owned)) for c in containers]
     except (RedisError, DockerError, OSError) as exc:
         log.warning("reaper_skipped", error=type(exc).__name__)

@@ -23,6 +23,7 @@ from aiodocker.exceptions import DockerError
 
 from pidispatch.common.errors import InfraError
 from pidispatch.common.faults import crash_point
+from pidispatch.common.instance import LABEL_INSTANCE
 from pidispatch.common.log import get_logger
 from pidispatch.common.outcome import OutcomeName
 from pidispatch.worker.engine import dockerapi
@@ -323,6 +324,18 @@ def _job_filter(job_id: str, host: str) -> str:
     return json.dumps({"label": [f"{LABEL_JOB}={job_id}", f"{LABEL_HOST}={host}"]})
 
 
+def is_ours(labels: dict[str, str], instance: str) -> bool:
+    """Pure: a container of this deployment. One without the label was made before containers carried it
+    (an upgrade under a running job); its job id and host already matched, and it is taken as ours."""
+    found = labels.get(LABEL_INSTANCE)
+    return found is None or found == instance
+
+
+async def _list_job(docker: aiodocker.Docker, job_id: str, host: str, instance: str) -> list[DockerContainer]:
+    found = await _list(docker, _job_filter(job_id, host))
+    return [c for c in found if is_ours(dockerapi.listed(c).get("Labels") or {}, instance)]
+
+
 async def _list(docker: aiodocker.Docker, filters: str) -> list[DockerContainer]:
     try:
         return await docker.containers.list(all=True, filters=filters)
@@ -340,14 +353,14 @@ def _job_dir(info: dict[str, Any]) -> str | None:
     return source if isinstance(source, str) else None
 
 
-async def find_started(docker: aiodocker.Docker, job_id: str, host: str) -> Leftover | None:
+async def find_started(docker: aiodocker.Docker, job_id: str, host: str, instance: str) -> Leftover | None:
     """This host's container for ``job_id`` that did start (running or exited), if any.
 
     One that was created but never started is removed and reported with ``started=False``: nothing was
     spent, so the job simply runs again, even on a peer that could not otherwise know.
     """
     unstarted: Leftover | None = None
-    for container in await _list(docker, _job_filter(job_id, host)):
+    for container in await _list_job(docker, job_id, host, instance):
         info = dockerapi.listed(container)
         if info.get("State") == "created":
             await force_remove(container)
@@ -357,12 +370,12 @@ async def find_started(docker: aiodocker.Docker, job_id: str, host: str) -> Left
     return unstarted
 
 
-async def remove_job_containers(docker: aiodocker.Docker, job_id: str, host: str) -> None:
+async def remove_job_containers(docker: aiodocker.Docker, job_id: str, host: str, instance: str) -> None:
     """Remove this host's containers of ``job_id``: called once the record of its end is written.
 
     Raises ``DockerUnavailable`` when the daemon does not answer, so the caller can try again later.
     """
-    for container in await _list(docker, _job_filter(job_id, host)):
+    for container in await _list_job(docker, job_id, host, instance):
         try:
             await asyncio.wait_for(container.delete(force=True), 10)
         except DockerError as exc:
