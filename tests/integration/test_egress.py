@@ -145,10 +145,15 @@ async def _run_probe(
     job = issue_job(steer)
     worker = ServiceProcess("worker", env, tmp_path / "worker.log")
     worker.start()
-    await enqueue(redis, keys, job)
-    await wait_for(lambda: Path(env["PI_LOGS_DIR"], f"{job.id}.json").exists(), 90, what="the run's record")
-    await wait_for(lambda: worker.logged("job_finished"), 30, what="the job's end")
-    return worker, job.id, _probe_lines(env, job.id)
+    try:
+        await enqueue(redis, keys, job)
+        recorded = Path(env["PI_LOGS_DIR"], f"{job.id}.json")
+        await wait_for(recorded.exists, 90, what="the run's record")
+        await wait_for(lambda: worker.logged("job_finished"), 30, what="the job's end")
+        return worker, job.id, _probe_lines(env, job.id)
+    except BaseException:
+        worker.stop()  # the caller stops it on success; a failed wait must not leave it running
+        raise
 
 
 async def test_with_defaults_a_job_reaches_its_allowlist_through_the_proxy_and_nothing_else(
