@@ -14,15 +14,17 @@ from pidispatch.common.settings import load_settings
 from pidispatch.common.streams import ensure_group
 from pidispatch.worker.context import Held, WorkerContext
 from pidispatch.worker.upkeep import Upkeep
+from tests.support.polling import wait_for
 
 TTL_MS = 300
 
 
 def upkeep_for(
-    redis: Redis, keys: Keys, name: str, slots: dict[tuple[str, str], Held] | None = None
+    redis: Redis, keys: Keys, name: str, slots: dict[tuple[str, str], Held] | None = None,
+    ttl_ms: int = TTL_MS,
 ) -> Upkeep:
     settings = load_settings(
-        {"PI_WORKER_NAME": name, "PD_HOST_BEAT_MS": "100", "PD_HOST_TTL_MS": str(TTL_MS)}
+        {"PI_WORKER_NAME": name, "PD_HOST_BEAT_MS": "100", "PD_HOST_TTL_MS": str(ttl_ms)}
     )
     ctx = WorkerContext(settings, redis, keys, None, now_ms, {}, Health("down", "up"))  # type: ignore[arg-type]
     return Upkeep(ctx, [keys.jobs], slots if slots is not None else {}, asyncio.Event())
@@ -55,12 +57,29 @@ async def test_a_beat_writes_the_row_with_its_ttl_and_refreshes_held_entries(
 
 
 async def test_entries_of_a_live_host_are_never_claimed_however_idle(redis: Redis, keys: Keys) -> None:
-    await deliver(redis, keys, "alive")
-    await upkeep_for(redis, keys, "alive").beat()
-    await asyncio.sleep(TTL_MS / 1000 / 2)
-    await upkeep_for(redis, keys, "alive").beat()  # still beating
-    await asyncio.sleep(TTL_MS / 1000 / 2 + 0.05)
-    assert await upkeep_for(redis, keys, "peer").claim_orphans(5) == []
+    # A TTL of 2 s, beaten every 100 ms: a loaded machine (four tests at a time) cannot let the row lapse
+    # between two beats, which is not what this test is about.
+    ttl_ms = 2000
+    entry = await deliver(redis, keys, "alive")
+    alive = upkeep_for(redis, keys, "alive", ttl_ms=ttl_ms)
+    stop = asyncio.Event()
+
+    async def beating() -> None:
+        while not stop.is_set():
+            await alive.beat()
+            await asyncio.sleep(0.1)
+
+    beats = asyncio.create_task(beating())
+    try:
+        await wait_for(lambda: _idle_past(redis, keys, entry, ttl_ms), 10, what="the entry idle past the TTL")
+        assert await upkeep_for(redis, keys, "peer", ttl_ms=ttl_ms).claim_orphans(5) == []
+    finally:
+        stop.set()
+        await beats
+
+
+async def _idle_past(redis: Redis, keys: Keys, entry: str, ms: int) -> bool:
+    return await idle_ms(redis, keys, entry) > ms + 50
 
 
 async def test_a_dead_hosts_entries_are_claimed_only_after_sitting_idle_for_the_ttl(
