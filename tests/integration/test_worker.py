@@ -48,7 +48,7 @@ async def _state_is(redis: Redis, keys: Keys, job: Job, wanted: str) -> dict[str
 async def test_worker_runs_job_in_isolated_container_and_records_completed(
     env: dict[str, str], redis: Redis, keys: Keys, docker: aiodocker.Docker, worker_name: str
 ) -> None:
-    # Long enough to inspect it running on a loaded machine (the suite runs four tests at a time).
+    # Long enough to inspect it running on a loaded machine (the suite runs several tests at a time).
     job = issue_job("exit=0 sleep=10")
     async with running_worker(env, redis, keys, docker) as (settings, _, _):
         await enqueue(redis, keys, job)
