@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.forges import GithubStandIn
 from tests.support.processes import RedisProcess
+from tests.support.worker import watching_starts
 
 
 @pytest.fixture
@@ -46,7 +47,8 @@ def env(
 @pytest.fixture
 async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodocker.Docker]:
     client = aiodocker.Docker()
-    yield client
+    async with watching_starts(client, worker_name):  # what container_starts reads
+        yield client
     # No container may outlive its test, whatever the test did.
     leftovers = json.dumps({"label": [f"pd.host={worker_name}"]})
     for c in await client.containers.list(all=True, filters=leftovers):

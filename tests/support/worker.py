@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
+import aiohttp
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import Job, Matched, Sender, Target, Trigger, job_to_fields, text
@@ -105,9 +106,44 @@ async def host_containers(docker: aiodocker.Docker, host: str, *, running: bool 
     return await docker.containers.list(all=True, filters=json.dumps(filters))
 
 
+# Container starts by host, followed live while a test runs (``watching_starts``): the daemon keeps only
+# its last 1,000 events, which a suite running several tests at once turns over within a long test.
+_starts: dict[str, list[tuple[int, str]]] = {}
+
+
+@contextlib.asynccontextmanager
+async def watching_starts(docker: aiodocker.Docker, host: str) -> AsyncIterator[None]:
+    """Follow the daemon's container starts on ``host``'s label from now until the block ends."""
+    seen: list[tuple[int, str]] = []
+    opened = asyncio.Event()
+    filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}"]}
+
+    async def follow() -> None:
+        async with dockerapi.events(docker, {"filters": json.dumps(filters)}) as resp:
+            opened.set()
+            async for line in resp.content:
+                if line.strip():
+                    event = json.loads(line)
+                    seen.append((int(event["time"]), event["Actor"]["Attributes"]["pd.job"]))
+
+    task = asyncio.create_task(follow())
+    try:
+        await wait_for(lambda: opened.is_set() or task.done(), 10, what="the event stream to open")
+        _starts[host] = seen
+        yield
+    finally:
+        _starts.pop(host, None)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+            await task
+
+
 async def container_starts(docker: aiodocker.Docker, host: str, since_s: int) -> list[str]:
     """The job id of every container start on this host's label since ``since_s``, from the daemon's
-    own event log: what was actually started, whoever started it."""
+    own events: what was actually started, whoever started it (followed live when the test's ``docker``
+    fixture watches the host, else read back from the daemon's recent events)."""
+    if host in _starts:  # asked after the runs were recorded: their starts came through long before
+        return [job for at, job in _starts[host] if at >= since_s]
     until = int(time.time()) + 1
     filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}"]}
     params = {"since": since_s, "until": until, "filters": json.dumps(filters)}
