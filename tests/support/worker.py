@@ -116,7 +116,8 @@ async def watching_starts(docker: aiodocker.Docker, host: str) -> AsyncIterator[
     """Follow the daemon's container starts on ``host``'s label from now until the block ends."""
     seen: list[tuple[int, str]] = []
     opened = asyncio.Event()
-    filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}"]}
+    # Job containers only: the host's egress proxy carries its pd.host label too.
+    filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}", "pd.job"]}
 
     async def follow() -> None:
         async with dockerapi.events(docker, {"filters": json.dumps(filters)}) as resp:
@@ -145,7 +146,7 @@ async def container_starts(docker: aiodocker.Docker, host: str, since_s: int) ->
     if host in _starts:  # asked after the runs were recorded: their starts came through long before
         return [job for at, job in _starts[host] if at >= since_s]
     until = int(time.time()) + 1
-    filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}"]}
+    filters = {"type": ["container"], "event": ["start"], "label": [f"pd.host={host}", "pd.job"]}
     params = {"since": since_s, "until": until, "filters": json.dumps(filters)}
     async with dockerapi.events(docker, params) as resp:
         body = await resp.text()
