@@ -47,15 +47,17 @@ def env(
 @pytest.fixture
 async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodocker.Docker]:
     client = aiodocker.Docker()
-    async with watching_starts(client, worker_name):  # what container_starts reads
-        yield client
-    # No container may outlive its test, whatever the test did.
-    leftovers = json.dumps({"label": [f"pd.host={worker_name}"]})
-    for c in await client.containers.list(all=True, filters=leftovers):
-        with contextlib.suppress(aiodocker.DockerError):
-            await c.delete(force=True)
-    # Nor a job network (egress on): each holds one of Docker's few address pools.
-    for net in await client.networks.list(filters={"label": [f"pd.host={worker_name}"]}):
-        with contextlib.suppress(aiodocker.DockerError):
-            await (await client.networks.get(net["Id"])).delete()
-    await client.close()
+    try:
+        async with watching_starts(client, worker_name):  # what container_starts reads
+            yield client
+    finally:
+        # No container may outlive its test, whatever the test (or the watcher) did.
+        leftovers = json.dumps({"label": [f"pd.host={worker_name}"]})
+        for c in await client.containers.list(all=True, filters=leftovers):
+            with contextlib.suppress(aiodocker.DockerError):
+                await c.delete(force=True)
+        # Nor a job network (egress on).
+        for net in await client.networks.list(filters={"label": [f"pd.host={worker_name}"]}):
+            with contextlib.suppress(aiodocker.DockerError):
+                await (await client.networks.get(net["Id"])).delete()
+        await client.close()
