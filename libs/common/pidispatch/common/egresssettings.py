@@ -1,5 +1,6 @@
-"""The egress settings (``PI_EGRESS``, ``PI_EGRESS_ALLOWLIST``, ``PD_EGRESS_IMAGE``): whether each job sits on
-its own internal network whose only way out is the filtering proxy, and which hosts that proxy lets through.
+"""The egress settings (``PI_EGRESS``, ``PI_EGRESS_ALLOWLIST``, ``PD_EGRESS_IMAGE``, ``PD_EGRESS_SUBNETS``):
+whether each job sits on its own internal network whose only way out is the filtering proxy, which hosts
+that proxy lets through, and where those networks take their addresses.
 
 Read with the rest of the configuration (``load_settings``): the allowlist file is read and checked once,
 at start, and a bad line exits 2 naming the file, the line and what is accepted.
@@ -49,7 +50,6 @@ class EgressSettings(msgspec.Struct, frozen=True, kw_only=True):
     enabled: bool = True
     # The operator's PI_EGRESS_ALLOWLIST entries; the worker adds what each job needs (forge, model).
     allowlist: tuple[Destination, ...] = ()
-    allowlist_file: str | None = None
     image: str = DEFAULT_IMAGE
     # Job networks are /29s of this range, chosen by the worker: Docker's own pools give ~30 networks.
     subnets: str = DEFAULT_SUBNETS
@@ -124,7 +124,7 @@ def load_egress_settings(env: Mapping[str, str]) -> EgressSettings:
                               f"accepted: a readable UTF-8 file, {ACCEPTED}") from None
         entries = parse_allowlist(path, text)
     image = checked_image((env.get("PD_EGRESS_IMAGE") or "").strip() or DEFAULT_IMAGE)
-    return EgressSettings(enabled=raw != "0", allowlist=entries, allowlist_file=path, image=image,
+    return EgressSettings(enabled=raw != "0", allowlist=entries, image=image,
                           subnets=_subnets(env.get("PD_EGRESS_SUBNETS")))
 
 
