@@ -229,6 +229,7 @@ async def test_a_restarted_worker_never_hands_a_network_holding_a_reattached_job
          "HostConfig": {"NetworkMode": first}}, name=f"pd-test-{settings.worker_name}")
     # Running: a network lists only running members; an exited job's container never runs again.
     await job.start()
+    assert await proxy.networks.take("job-1") == first  # taken again (a hold, a retry): still its own
     restarted = egress_for(settings, docker, ())
     assert restarted is not None
     restarted.start("inst1")

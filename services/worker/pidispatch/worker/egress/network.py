@@ -46,6 +46,11 @@ def members(info: dict[str, Any]) -> list[str]:
     return [str(m.get("Name") or "") for m in (info.get("Containers") or {}).values()]
 
 
+def holds_a_job(names: list[str]) -> bool:
+    """Pure: a network with any member but an egress proxy is a running job's."""
+    return any(not name.startswith(PROXY_PREFIX) for name in names)
+
+
 def count_denied(lines: list[str], subnets: list[str]) -> int:
     """Pure: the proxy's refusals (squid's native log: time, elapsed, client, TCP_DENIED/403, ...) of
     clients inside ``subnets``, the job's network."""
@@ -96,13 +101,16 @@ class NetworkPool:
         when the daemon does not answer or refuses, e.g. with every address pool in use."""
         try:
             async with self._lock:
+                held = next((n for n, j in self._held.items() if j == job_id), None)
+                if held is not None:  # taken before a hold (Docker away before the start): still its own
+                    return held
                 for slot in range(POOL_LIMIT):
                     name = network_name(self.instance, self.host, slot)
                     if name in self._held:
                         continue
                     info = await self._ensure(name)
                     names = members(info)
-                    if any(not n.startswith(PROXY_PREFIX) for n in names):
+                    if holds_a_job(names):
                         continue  # a re-attached job's, until its record
                     await self._join(name, names)
                     self._held[name] = job_id
@@ -175,7 +183,7 @@ async def reap_networks(docker: aiodocker.Docker, host: str, instance: str) -> i
         for row in labelled:
             net = await docker.networks.get(row["Id"])
             names = members(await net.show())
-            if any(not n.startswith(PROXY_PREFIX) for n in names):
+            if holds_a_job(names):
                 continue  # its job's container is kept for a re-attach: so is its network
             for name in names:
                 await net.disconnect({"Container": name, "Force": True})
