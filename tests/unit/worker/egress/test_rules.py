@@ -55,12 +55,14 @@ def test_each_destination_is_one_allow_rule_and_a_port_narrows_it() -> None:
     assert squid_rules([]) == ""  # the image denies everything after the rules
 
 
-def test_the_proxy_is_named_by_its_host_rules_and_image() -> None:
-    a = proxy_name("w1", "acl x dst 1.2.3.4", "pi-egress:latest")
-    assert a == proxy_name("w1", "acl x dst 1.2.3.4", "pi-egress:latest") and a.startswith("pd-egress-w1-")
-    assert a != proxy_name("w2", "acl x dst 1.2.3.4", "pi-egress:latest")
-    assert a != proxy_name("w1", "acl x dst 1.2.3.5", "pi-egress:latest")
-    assert a != proxy_name("w1", "acl x dst 1.2.3.4", "pi-egress:2")
+def test_the_proxy_is_named_by_its_host_deployment_rules_and_image() -> None:
+    a = proxy_name("w1", "i1", "acl x dst 1.2.3.4", "pi-egress:latest")
+    assert a == proxy_name("w1", "i1", "acl x dst 1.2.3.4", "pi-egress:latest")
+    assert a.startswith("pd-egress-w1-")
+    assert a != proxy_name("w2", "i1", "acl x dst 1.2.3.4", "pi-egress:latest")
+    assert a != proxy_name("w1", "i2", "acl x dst 1.2.3.4", "pi-egress:latest")
+    assert a != proxy_name("w1", "i1", "acl x dst 1.2.3.5", "pi-egress:latest")
+    assert a != proxy_name("w1", "i1", "acl x dst 1.2.3.4", "pi-egress:2")
 
 
 def test_the_job_gets_both_cases_of_the_proxy_variables() -> None:

@@ -1,5 +1,6 @@
-"""The egress proxy: one squid container per set of rules on this Docker daemon, brought up by the worker
-itself (``pi-dispatch egress-image build`` makes its image), on Docker's bridge so it can reach out.
+"""The egress proxy: one squid container per worker host and deployment (and set of rules), brought up by
+the worker itself (``pi-dispatch egress-image build`` makes its image), on Docker's bridge so it can reach
+out.
 
 Jobs never share the bridge with it: each job's internal network has two members, the job and this proxy.
 """
@@ -140,7 +141,7 @@ class EgressProxy:
         self.networks = NetworkPool(docker, host, "", "")
 
     def start(self, instance: str) -> None:
-        name = proxy_name(self.host, f"{instance}\n{self.rules}", self.image)
+        name = proxy_name(self.host, instance, self.rules, self.image)
         self.spec = ProxySpec(name=name, host=self.host, instance=instance, image=self.image,
                               rules=self.rules)
         self.networks = NetworkPool(self.docker, self.host, name, instance, self.subnets)

@@ -94,10 +94,11 @@ def squid_rules(dests: Iterable[Destination]) -> str:
     return "\n".join(lines)
 
 
-def proxy_name(host: str, rules: str, image: str) -> str:
-    """This host's proxy container: a change of its rules or image starts a new one (the boot reaper removes
-    the old one once no job network holds it). Per host, so a worker only ever touches its own."""
-    digest = hashlib.sha256(f"{image}\n{rules}".encode()).hexdigest()[:12]
+def proxy_name(host: str, instance: str, rules: str, image: str) -> str:
+    """This host's proxy container in this deployment: a change of its rules or image starts a new one (the
+    boot reaper removes the old one once no job network holds it). Per host and deployment, so a worker
+    only ever touches its own."""
+    digest = hashlib.sha256(f"{instance}\n{image}\n{rules}".encode()).hexdigest()[:12]
     return f"{PROXY_PREFIX}{host}-{digest}"
 
 
