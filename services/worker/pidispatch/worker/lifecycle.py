@@ -34,7 +34,7 @@ from pidispatch.worker.engine.runner import (
     follow,
     remove_job_containers,
 )
-from pidispatch.worker.engine.workspace import remove_workspace
+from pidispatch.worker.engine.workspace import remove_job_folders, remove_workspace
 from pidispatch.worker.forgework.answers import answer_for, post_answer
 from pidispatch.worker.forgework.disarm import disarm, should_disarm
 from pidispatch.worker.forward import forward_if_unservable
@@ -271,6 +271,8 @@ async def _remove_job(ctx: WorkerContext, job_id: str, host: str, *, since_ms: i
     """The job's containers, then its egress network is free again: the proxy's refusals of it are counted
     on the way. A dead host's job: its idle networks go (nobody else would remove them)."""
     await remove_job_containers(ctx.docker, job_id, host, ctx.instance)
+    # A folder no container took (its worker killed before the start) or one whose container is gone.
+    await remove_job_folders(ctx.settings.jobs_dir, job_id)
     if ctx.egress is None:
         return
     if host != ctx.host:

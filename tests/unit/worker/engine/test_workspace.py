@@ -18,6 +18,7 @@ from pidispatch.worker.engine.workspace import (
     build_prompt,
     ensure_jobs_dir,
     prepare_workspace,
+    remove_job_folders,
     remove_workspace,
     work_branch,
 )
@@ -229,6 +230,20 @@ async def test_remove_deletes_the_folder_but_never_outside_the_jobs_dir(settings
     await remove_workspace(str(outside), settings.jobs_dir)
     await remove_workspace(str(tmp_path / "jobs" / "not-a-job"), settings.jobs_dir)
     assert outside.exists()
+
+
+async def test_a_job_folder_left_by_a_killed_holder_is_removed_when_the_job_is_prepared_again_or_recorded(
+    settings,
+) -> None:
+    job, other = issue_job(), issue_job(id="gh-other/../delivery")
+    left = Path(await prepare_workspace(job, settings))  # its worker killed before the container took it
+    others = Path(await prepare_workspace(other, settings))
+    again = Path(await prepare_workspace(job, settings))
+    assert not left.exists() and again.exists() and others.exists()
+    assert again.name.startswith("job-") and "/" not in again.name[4:]
+    await remove_job_folders(settings.jobs_dir, job.id)
+    assert not again.exists()
+    assert sorted(os.listdir(settings.jobs_dir)) == [others.name]
 
 
 SHA = "3b18e512dba79e4c8300dd08aeb37f8e728b8dad"

@@ -9,6 +9,7 @@ All file work runs in a thread so the event loop never blocks on the disk.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -222,8 +223,24 @@ def _make_workspace(workspace: Path, job_user: str) -> None:
         os.chmod(workspace, 0o777)
 
 
+def folder_prefix(job_id: str) -> str:
+    """The name every folder of ``job_id`` starts with: hashed, as a delivery id may hold any character."""
+    return "job-" + hashlib.sha256(job_id.encode()).hexdigest()[:16] + "-"
+
+
+def _remove_job_folders(jobs_dir: str, job_id: str) -> None:
+    prefix = folder_prefix(job_id)
+    with os.scandir(jobs_dir) as entries:
+        names = [e.name for e in entries if e.name.startswith(prefix)]
+    for name in names:
+        _remove(os.path.join(jobs_dir, name), jobs_dir)
+
+
 def _prepare(job: Job, settings: Settings, sha: str | None, previous_run_at: str | None) -> str:
-    job_dir = tempfile.mkdtemp(prefix="job-", dir=settings.jobs_dir)
+    # Whoever holds the job and prepares it has found no container of it that started: a folder of an
+    # earlier holder killed before its container took (or started on) it is nobody's.
+    _remove_job_folders(settings.jobs_dir, job.id)
+    job_dir = tempfile.mkdtemp(prefix=folder_prefix(job.id), dir=settings.jobs_dir)
     try:
         # The job user is not us: it must be able to read /job through the bind mount.
         os.chmod(job_dir, 0o755)
@@ -258,6 +275,14 @@ def _remove(job_dir: str, jobs_dir: str) -> None:
     if os.path.dirname(real) != parent or not os.path.basename(real).startswith("job-"):
         return
     shutil.rmtree(real, ignore_errors=True)
+
+
+async def remove_job_folders(jobs_dir: str, job_id: str) -> None:
+    """Delete every folder of ``job_id`` once its record is written; never raises."""
+    try:
+        await asyncio.to_thread(_remove_job_folders, jobs_dir, job_id)
+    except OSError:
+        return
 
 
 async def remove_workspace(job_dir: str, jobs_dir: str) -> None:
