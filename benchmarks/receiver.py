@@ -35,6 +35,7 @@ from pathlib import Path
 
 import aiohttp
 from _load import Result, closed_loop, new_session, open_loop, percentile
+from _profile import record_argv, summary
 from aiohttp import web
 
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
@@ -219,7 +220,27 @@ class Measured:
     cpu_us: dict[str, dict[str, list[float]]]  # target -> process (server, redis, client) -> µs/req
     latency: dict[str, Result]  # open loop
     foreign_cores: list[float] = field(default_factory=list)  # per round: cores busy with other work
+    # target -> per round: Redis's own µs per answered request, by command (INFO commandstats)
+    commands: dict[str, list[dict[str, float]]] = field(default_factory=lambda: defaultdict(list))
     spool: SpoolFigures | None = None
+
+
+async def profile_start(
+    args: argparse.Namespace, t: Target, round_no: int
+) -> asyncio.subprocess.Process | None:
+    """With ``--profile``: py-spy on the first round of each target, for that round's length."""
+    if args.profile is None or round_no:
+        return None
+    out = Path(args.profile) / f"{t.name}.txt"
+    return await asyncio.create_subprocess_exec(*record_argv(t.proc.pid, args.duration, out),
+                                                stdout=asyncio.subprocess.DEVNULL,
+                                                stderr=asyncio.subprocess.DEVNULL)
+
+
+async def redis_us_per_request(redis: Redis, answered: int) -> dict[str, float]:
+    stats = await redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): float(s["usec"]) / max(answered, 1) for name, s in stats.items()
+            if name not in ("cmdstat_config", "cmdstat_info")}
 
 
 def check_alive(target: Target, phase: str) -> None:
@@ -268,8 +289,13 @@ async def measure(args: argparse.Namespace, body: bytes, dep: Deployment) -> Mea
                 check_alive(t, phase)
                 pids = {"server": t.proc.pid, "redis": dep.redis_proc.pid, "client": os.getpid(), "all": None}
                 before = {k: cpu_s(pid) for k, pid in pids.items()}
+                await dep.redis.config_resetstat()
+                spy = await profile_start(args, t, i)
                 result = await closed_loop(session, t.url, body, headers, args.concurrency, args.duration)
                 check_alive(t, phase)
+                if spy is not None:
+                    await spy.wait()
+                measured.commands[name].append(await redis_us_per_request(dep.redis, result.answered))
                 used = {k: cpu_s(pid) - before[k] for k, pid in pids.items()}
                 for k in ("server", "redis", "client"):
                     measured.cpu_us[name][k].append(used[k] / result.answered * 1e6)
@@ -357,6 +383,14 @@ def report(args: argparse.Namespace, m: Measured) -> tuple[bool, float]:
     print(f"receiver p99 at {args.rate:g} req/s = {p99:.2f} ms  "
           f"(target <= {TARGET_P99_MS:g} ms: {'met' if p99_ok else 'MISSED'}); "
           f"client send lateness p99 = {late:.2f} ms")
+    for name in ("receiver", "reference"):
+        per: dict[str, float] = defaultdict(float)
+        for stats in m.commands[name]:
+            for command, us in stats.items():
+                per[command] += us / len(m.commands[name])
+        ranked = sorted(per.items(), key=lambda kv: -kv[1])
+        parts = ", ".join(f"{c} {us:.1f}" for c, us in ranked if us >= 0.05)
+        print(f"Redis µs per request, {name}: {sum(per.values()):.1f} ({parts})")
     if (sp := m.spool) is not None:
         print(f"spool (Redis killed): {sp.spooled} deliveries answered 202 spooled at {sp.spool_rate:.0f}/s, "
               f"each fsynced first ({sp.spool_bytes / sp.spooled:.0f} bytes each on disk); drained in "
@@ -380,6 +414,8 @@ def main() -> int:
                         help="CI's mode (~25 s): one 5 s round a target, 1 s warm-up, no spool phase")
     parser.add_argument("--floor", type=float, default=None,
                         help="exit 1 when the ratio to the reference, measured in this run, is below this")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="record each target's first round with py-spy into DIR and print flat profiles")
     parser.add_argument("--serve-reference", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -400,6 +436,9 @@ def main() -> int:
         return 1
     shutil.rmtree(tmp, ignore_errors=True)
     met, ratio = report(args, measured)
+    if args.profile is not None:
+        for name in ("receiver", "reference"):
+            print(summary(Path(args.profile) / f"{name}.txt"))
     if args.floor is not None and ratio < args.floor:
         print(f"FLOOR: ratio {ratio:.2f} is below the floor {args.floor:g}")
         return 1

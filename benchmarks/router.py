@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 
 from _events import preload, wait_drained
+from _profile import record_argv, summary
 
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import ROUTER_GROUP, Keys
-from pidispatch.common.redis import create_redis
+from pidispatch.common.redis import Redis, create_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "tests" / "fixtures" / "github" / "webhooks-examples.json.gz"
@@ -73,7 +74,16 @@ async def bare_consumer(url: str, prefix: str) -> None:
         await r.aclose()
 
 
-async def measure(url: str, n: int, workdir: Path) -> tuple[float, float]:
+async def redis_us_per_event(r: Redis, n: int) -> str:
+    """Redis's own µs per event by command since the last reset (INFO commandstats), largest first."""
+    stats = await r.info("commandstats")
+    per = {name.removeprefix("cmdstat_"): float(s["usec"]) / n for name, s in stats.items()
+           if name not in ("cmdstat_config", "cmdstat_info", "cmdstat_xlen", "cmdstat_xpending")}
+    ranked = sorted(per.items(), key=lambda kv: -kv[1])
+    return f"{sum(per.values()):.1f} (" + ", ".join(f"{c} {us:.1f}" for c, us in ranked if us >= 0.05) + ")"
+
+
+async def measure(url: str, n: int, workdir: Path, profile: Path | None) -> tuple[float, float]:
     r = create_redis(url)
     try:
         # Router.
@@ -83,23 +93,32 @@ async def measure(url: str, n: int, workdir: Path) -> tuple[float, float]:
         env = {**os.environ, "REDIS_URL": url, "PD_KEY_PREFIX": keys.prefix,
                "PI_TRIGGERS_FILE": str(workdir / "triggers.json"), "PD_EVENTS_MAXLEN": str(n * 2),
                "GITHUB_SELF_ID": "424242"}  # the router refuses GitHub rules without its own id
+        await r.config_resetstat()
         router = subprocess.Popen([sys.executable, "-m", "pidispatch.router"], env=env,
                                   stdout=subprocess.DEVNULL)
+        spy = (subprocess.Popen(record_argv(router.pid, None, profile / "router.txt"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               if profile is not None else None)
         try:
             router_s = await wait_drained(r, keys.events, ROUTER_GROUP, n, timeout=300, proc=router)
         finally:
             router.terminate()
             router.wait(10)
+            if spy is not None:
+                spy.wait(30)
+        print(f"Redis µs per event, router: {await redis_us_per_event(r, n)}")
         # Ceiling.
         bare_keys = Keys("benchbare")
         await r.xgroup_create(bare_keys.events, "bare", id="0", mkstream=True)
         await preload(r, bare_keys.events, n)
+        await r.config_resetstat()
         bare = subprocess.Popen([sys.executable, __file__, "--serve-bare", url, bare_keys.prefix])
         try:
             bare_s = await wait_drained(r, bare_keys.events, "bare", n, timeout=300, proc=bare)
         finally:
             bare.terminate()
             bare.wait(10)
+        print(f"Redis µs per event, bare:   {await redis_us_per_event(r, n)}")
         return n / router_s, n / bare_s
     finally:
         await r.aclose()
@@ -110,6 +129,8 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--floor", type=float, default=None,
                         help="exit 1 when the ratio to the bare loop, measured in this run, is below this")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="record the router with py-spy into DIR and print its flat profile")
     parser.add_argument("--serve-bare", nargs=2, metavar=("URL", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_bare:
@@ -123,7 +144,9 @@ def main() -> int:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        router_eps, bare_eps = asyncio.run(measure(f"redis://127.0.0.1:{port}/0", args.events, workdir))
+        profile = Path(args.profile) if args.profile else None
+        url = f"redis://127.0.0.1:{port}/0"
+        router_eps, bare_eps = asyncio.run(measure(url, args.events, workdir, profile))
     finally:
         server.terminate()
         server.wait(10)
@@ -135,6 +158,8 @@ def main() -> int:
     met = router_eps >= TARGET_EPS and ratio >= TARGET_RATIO
     verdict = "met" if met else "NOT met"
     print(f"target >= {TARGET_EPS:.0f} events/s and >= {TARGET_RATIO} of the ceiling: {verdict}")
+    if args.profile:
+        print(summary(Path(args.profile) / "router.txt", 25))
     if args.floor is not None and ratio < args.floor:
         print(f"FLOOR: ratio {ratio:.2f} is below the floor {args.floor:g}")
         return 1

@@ -12,8 +12,8 @@ Four curves, each against its own baseline measured in the same run:
    per day at 1 million deliveries a day;
 4. upkeep: the events trim on a stream of 13 KB entries over its cap, fully acked: the longest Redis
    command the upkeep ran (SLOWLOG at a 0 us threshold) and how many entries a second it removes;
-5. dedup: what a remembered delivery costs in its day's buckets at 10,000, 100,000 and 1,000,000 a
-   day, beside the formula of docs/redis.md.
+5. dedup: what a remembered delivery costs in its shard's table after 10,000, 100,000 and 1,000,000 in
+   a day, and the longest dedup script (a table's rebuild) on the way.
 
     .venv/bin/python benchmarks/scale.py [--quick]
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import subprocess
 import sys
@@ -36,9 +35,10 @@ from pathlib import Path
 
 from _events import payloads, wait_drained
 
-from pidispatch.common.dedup import SHARDS, STORED_BYTES, remembered
+from pidispatch.common.dedup import DEDUP_LUA, remembered
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import ROUTER_GROUP, Keys
+from pidispatch.common.luascript import Script
 from pidispatch.common.models import Event, text
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.registry import Fleet, read_live_hosts
@@ -53,9 +53,6 @@ RULE_COUNTS = (2, 20, 200, 2000)
 HOST_COUNTS = (1, 10, 100, 1000)
 TARGET_RULES_RATIO = 1.25
 TARGET_UPKEEP_MS = 5.0
-# docs/redis.md: what one bucket key costs beside its digests (key, string header, expiry).
-BUCKET_KEY_BYTES = 136
-STRING_ROOM = 1.4  # a string grown by APPEND keeps spare room (up to double its length)
 # The benchmark's own commands, left out of "the longest upkeep command".
 _NOT_UPKEEP = frozenset({"SLOWLOG", "XADD", "XGROUP", "CONFIG"})
 
@@ -180,7 +177,7 @@ async def stream_bytes(r: Redis, stream: str) -> tuple[int, float]:
 
 async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> None:
     print(f"3. bytes: after one router drained {deliveries} real deliveries (20 label rules, all firing); "
-          "buckets at this low a volume are mostly key (see 5)")
+          "tables and buckets at this low a volume are mostly key (see 5)")
     keys = Keys("benchbytes")
     triggers = workdir / "bytes-triggers.json"
     triggers.write_text(label_rules(20))
@@ -188,9 +185,9 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
     stream = labeled_events("pi:r7", deliveries)
     async with r.pipeline(transaction=False) as pipe:
         for event in stream:  # as the receiver appends them
-            seen = remembered(keys.seen_window, f"{event.forge}:{event.delivery}", event.received_at)
+            seen = remembered(keys.deliveries, f"{event.forge}:{event.delivery}", event.received_at)
             fields = chain.from_iterable(event.to_fields().items())
-            INGEST.in_pipeline(pipe, [*seen.buckets, keys.events], [seen.digest, seen.expire_at_s, *fields])
+            INGEST.in_pipeline(pipe, [*seen.keys, keys.events], [*seen.args, *fields])
         await pipe.execute()
     env = {**os.environ, "GITHUB_SELF_ID": "424242", "REDIS_URL": url, "PD_KEY_PREFIX": keys.prefix,
            "PI_TRIGGERS_FILE": str(triggers),
@@ -202,10 +199,10 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
         router.terminate()
         router.wait(10)
     rows = [
-        ("delivery", "seen buckets", await bucket_bytes(r, f"{keys.prefix}:seen:*", deliveries)),
+        ("delivery", "seen tables", await bucket_bytes(r, f"{keys.prefix}:deliveries:*", deliveries)),
         ("delivery", "decision buckets", await bucket_bytes(r, f"{keys.prefix}:decided:*", deliveries)),
         ("delivery", "events stream entry", await stream_bytes(r, keys.events)),
-        ("job", "job-id buckets", await bucket_bytes(r, f"{keys.prefix}:jobid:*", deliveries)),
+        ("job", "job-id tables", await bucket_bytes(r, f"{keys.prefix}:jobids:*", deliveries)),
         ("job", "dedup key", await bucket_bytes(r, f"{keys.prefix}:dedup:*", deliveries)),
         ("job", "jobs stream entry", await stream_bytes(r, keys.jobs)),
     ]
@@ -214,7 +211,7 @@ async def bytes_curve(r: Redis, url: str, workdir: Path, deliveries: int) -> Non
         print(f"   per {unit:8s} {what:22s} {mean:9.0f} B   ({count} keys or entries)")
         # The events stream is capped, a dedup key lives minutes and a job entry until it is acked (no
         # worker acks here); the rest stays for days.
-        if what.endswith("buckets"):
+        if what.endswith(("buckets", "tables")):
             retained += mean
     print(f"   kept for days per delivery (one job each) at this volume: {retained:.0f} B")
 
@@ -261,30 +258,31 @@ async def upkeep_curve(r: Redis, maxlen: int, over: int) -> None:
 
 # ---- 5. dedup at volume ----------------------------------------------------------------------------
 
-
-def dedup_formula(per_day: int) -> float:
-    """docs/redis.md: bytes an identity costs in its day's buckets, for ``per_day`` identities a day."""
-    touched = SHARDS * (1 - math.exp(-per_day / SHARDS))
-    return STORED_BYTES * STRING_ROOM + BUCKET_KEY_BYTES * touched / per_day
+# What INGEST does for the dedup alone (its XADD left out): the structure's own cost at volume.
+KEEP = Script(DEDUP_LUA + "local found, where = known()\nif not found then keep(where) end\nreturn 0")
 
 
 async def dedup_curve(r: Redis, volumes: tuple[int, ...]) -> None:
-    print("5. dedup buckets: bytes per remembered identity for a day's volume (measured vs docs/redis.md)")
+    print("5. dedup tables: bytes per remembered identity after a day's volume, and the longest script "
+          f"(a table's rebuild; target <= {TARGET_UPKEEP_MS} ms)")
     now = int(time.time() * 1000)
     for per_day in volumes:
         keys = Keys(f"benchdedup{per_day}")
         before = (await r.info("memory"))["used_memory"]
+        await r.config_set("slowlog-log-slower-than", 1000)
+        await r.slowlog_reset()
         for start in range(0, per_day, 5000):
             async with r.pipeline(transaction=False) as pipe:
-                for _ in range(min(5000, per_day - start)):  # what INGEST appends for a new delivery
-                    found = remembered(keys.seen_window, f"github:{uuid.uuid4()}", now)
-                    pipe.append(found.buckets[0], found.digest)
-                    pipe.expireat(found.buckets[0], found.expire_at_s)
+                for _ in range(min(5000, per_day - start)):
+                    found = remembered(keys.deliveries, f"github:{uuid.uuid4()}", now)
+                    KEEP.in_pipeline(pipe, found.keys, found.args)
                 await pipe.execute()
         measured = ((await r.info("memory"))["used_memory"] - before) / per_day
-        formula = dedup_formula(per_day)
-        ratio = measured / formula
-        print(f"   {per_day:9,d} a day  {measured:6.1f} B each (formula {formula:6.1f}, x{ratio:4.2f})")
+        slow = [e for e in await r.slowlog_get(1000) if b"EVALSHA" in b" ".join(e["command"].split()[:1])]
+        longest = max((e["duration"] for e in slow), default=0) / 1e3
+        verdict = "met" if longest <= TARGET_UPKEEP_MS else "NOT met"
+        print(f"   {per_day:9,d} a day  {measured:6.1f} B each; longest dedup script {longest:.2f} ms "
+              f"({verdict})")
         async for name in r.scan_iter(match=f"{keys.prefix}:*", count=5000):
             await r.unlink(name)
 

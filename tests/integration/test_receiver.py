@@ -139,9 +139,9 @@ async def test_signed_issues_labeled_is_appended_once_with_the_posted_bytes(
         received_at=RECEIVED_AT,
         body=ISSUES_LABELED.decode(),
     )
-    assert await is_remembered(redis, keys.seen_window, f"github:{delivery}", RECEIVED_AT)
-    # Remembered for the dedup window: its bucket outlives its day by WINDOW_DAYS, and no longer.
-    bucket = remembered(keys.seen_window, f"github:{delivery}", RECEIVED_AT).buckets[0]
+    assert await is_remembered(redis, keys.deliveries, f"github:{delivery}", RECEIVED_AT)
+    # Remembered for the dedup window: its table outlives its newest day by WINDOW_DAYS, and no longer.
+    bucket = remembered(keys.deliveries, f"github:{delivery}", RECEIVED_AT).keys[0]
     expires_in = (RECEIVED_AT // DAY_MS + WINDOW_DAYS + 1) * DAY_MS // 1000 - int(time.time())
     assert expires_in - 2 <= await redis.ttl(bucket) <= expires_in
 
@@ -474,7 +474,7 @@ async def test_receiver_answers_503_when_redis_is_stopped_and_202_after_it_retur
     assert await _deliveries(redis, keys, delivery) == 1
     assert await _deliveries(redis, keys, before) == 1
     assert await redis.xlen(keys.events) == 2
-    assert await remembered_count(redis, f"{keys.prefix}:seen:*") == 2
+    assert await remembered_count(redis, f"{keys.prefix}:deliveries:*") == 2
 
 
 async def test_receiver_answers_503_within_bound_when_redis_hangs(

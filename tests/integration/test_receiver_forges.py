@@ -203,7 +203,7 @@ async def test_azure_payloads_are_stored_by_event_type_with_the_body_id(
     assert len(stored) == 2
     entries = await _entries(redis, keys)
     assert [(e["event"].decode(), e["delivery"].decode(), e["body"]) for e in entries] == stored
-    assert await is_remembered(redis, keys.seen_window, f"azure:{AZURE_PR_ID}", RECEIVED_AT)
+    assert await is_remembered(redis, keys.deliveries, f"azure:{AZURE_PR_ID}", RECEIVED_AT)
 
 
 async def test_redelivery_is_a_duplicate_on_every_forge(client: Client, redis: Redis, keys: Keys) -> None:
@@ -598,7 +598,7 @@ async def test_redis_stopped_mid_test_is_503_then_202_with_nothing_half_written(
         assert [(e["forge"].decode(), e["delivery"].decode(), e["body"]) for e in entries] == [
             (forge, delivery, body)
         ]
-        assert await remembered_count(redis, f"{keys.prefix}:seen:*") == 1
+        assert await remembered_count(redis, f"{keys.prefix}:deliveries:*") == 1
         text = await (await client.get("/metrics")).text()
         assert metric(text, "pd_receiver_append_failures_total", forge=forge) == 1
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pidispatch.common.dedup import digest
+from pidispatch.common.dedup import bucket_digest
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 from pidispatch.triggers import decisions
@@ -23,4 +23,4 @@ async def decision_fields(redis: Redis, keys: Keys, forge: str, delivery: str) -
 
 def bucket_of(keys: Keys, forge: str, delivery: str, entry_id: str) -> str:
     """The bucket that holds the decision on ``delivery`` made from entry ``entry_id``."""
-    return keys.decided(decisions.entry_day(entry_id), digest(f"{forge}:{delivery}")[0])
+    return keys.decided(decisions.entry_day(entry_id), bucket_digest(f"{forge}:{delivery}")[0])

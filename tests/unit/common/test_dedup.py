@@ -1,39 +1,32 @@
-"""Where an identity is remembered: one shard, the window's days newest first, kept to the window's end."""
+"""Where an identity is remembered: one shard's table, the same on every day, with today's day number."""
 
 from __future__ import annotations
 
-from pidispatch.common.dedup import DAY_MS, SHARDS, STORED_BYTES, WINDOW_DAYS, remembered
+from pidispatch.common.dedup import DAY_MS, LEGACY_SHARDS, SHARDS, STORED_BYTES, digest, remembered
 from pidispatch.common.keys import Keys
 
 NOW_MS = 20_000 * DAY_MS + 5 * 3600 * 1000  # 05:00 UTC on day 20,000
 
 
-def test_the_window_is_today_and_the_31_days_before_in_one_shard() -> None:
-    found = remembered(Keys("pd").seen_window, "github:abc", NOW_MS)
-    days = [int(name.split(":")[2]) for name in found.buckets]
-    shards = {name.split(":")[3] for name in found.buckets}
-    assert days == list(range(20_000, 20_000 - WINDOW_DAYS - 1, -1))
-    assert len(shards) == 1 and 0 <= int(shards.pop()) < SHARDS
-    assert len(found.digest) == STORED_BYTES
-
-
-def test_a_bucket_lives_until_its_day_leaves_every_window() -> None:
-    found = remembered(Keys("pd").seen_window, "github:abc", NOW_MS)
-    assert found.expire_at_s * 1000 == (20_000 + WINDOW_DAYS + 1) * DAY_MS
-    # The last check that still looks at day 20,000 is made on day 20,031.
-    last = remembered(Keys("pd").seen_window, "github:abc", (20_000 + WINDOW_DAYS) * DAY_MS + DAY_MS - 1)
-    assert last.buckets[-1] == found.buckets[0]
-
-
-def test_the_same_identity_lands_in_the_same_place_and_others_spread() -> None:
-    a = remembered(Keys("pd").jobid_window, "gh-1", NOW_MS)
-    assert remembered(Keys("pd").jobid_window, "gh-1", NOW_MS + 3600_000) == a  # same day: same buckets
-    shards = {remembered(Keys("pd").jobid_window, f"gh-{i}", NOW_MS).buckets[0] for i in range(1000)}
-    assert len(shards) > 950  # 65,536 shards: a thousand ids barely ever share one
-
-
-def test_a_window_names_exactly_the_buckets_of_each_day() -> None:
+def test_an_identity_is_looked_for_in_its_shards_table_and_the_old_buckets_only_when_asked() -> None:
     keys = Keys("pd")
-    window = keys.seen_window(20_000, WINDOW_DAYS + 1)
-    assert window[0] + "7" == keys.seen(20_000, 7) and window[-1] + "7" == keys.seen(20_000 - WINDOW_DAYS, 7)
-    assert keys.jobid_window(20_000, 2) == (keys.jobid(20_000, 0)[:-1], keys.jobid(19_999, 0)[:-1])
+    found = remembered(keys.deliveries, "github:abc", NOW_MS)
+    shard, stored = digest("github:abc")
+    assert found.keys == [f"pd:deliveries:{shard}"]
+    assert found.args == [stored, 20_000, "", shard % LEGACY_SHARDS]  # the old buckets' shard
+    assert remembered(keys.jobids, "gh-1", NOW_MS, before=True).args[2] == "pd:jobid:"
+    assert 0 <= shard < SHARDS and len(stored) == STORED_BYTES
+
+
+def test_the_same_identity_lands_in_the_same_place_every_day_and_others_spread() -> None:
+    keys = Keys("pd")
+    a = remembered(keys.jobids, "gh-1", NOW_MS)
+    later = remembered(keys.jobids, "gh-1", NOW_MS + 40 * DAY_MS)
+    assert later.keys == a.keys and later.args[0] == a.args[0] and later.args[1] == 20_040
+    tables = {remembered(keys.jobids, f"gh-{i}", NOW_MS).keys[0] for i in range(1000)}
+    assert len(tables) > 980  # 65,536 shards: a thousand ids rarely share one
+
+
+def test_a_tables_name_is_built_once() -> None:
+    space = Keys("pd").deliveries
+    assert space.table(7) is space.table(7)

@@ -8,11 +8,13 @@ from pidispatch.common.keys import Keys
 def test_names_follow_the_design_keyspace() -> None:
     k = Keys("pd")
     assert k.events == "pd:events"
-    assert k.seen(20423, 513) == "pd:seen:20423:513"
+    assert k.deliveries.table(513) == "pd:deliveries:513" and k.deliveries.legacy == "pd:seen:"
     assert k.decided(20423, 513) == "pd:decided:20423:513"
     assert k.jobs == "pd:jobs"
     assert k.host_jobs("mini1") == "pd:jobs:mini1"
-    assert k.jobid(20423, 7) == "pd:jobid:20423:7"
+    assert k.jobids.table(7) == "pd:jobids:7" and k.jobids.legacy == "pd:jobid:"
+    assert k.deliveries.upgraded == k.jobids.upgraded == "pd:dedup-upgraded"
+    assert k.dedup_layout == "pd:dedup-layout"
     assert k.events_trimmed == "pd:events-trimmed" and k.events_marks == "pd:events-marks"
     assert k.jobs_trimmed == "pd:jobs-trimmed"
     assert k.dedup("o/r#7:fix") == "pd:dedup:o/r#7:fix"

@@ -6,7 +6,6 @@ share one Redis without seeing each other.
 
 from __future__ import annotations
 
-import functools
 import re
 
 DAY_S = 24 * 3600
@@ -115,20 +114,37 @@ TRIM_MARKS_MAX = 256
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 
-@functools.lru_cache(maxsize=16)
-def _day_prefixes(base: str, today: int, days: int) -> tuple[str, ...]:
-    return tuple(f"{base}:{day}:" for day in range(today, today - days, -1))
+class Space:
+    """One dedup memory (the receiver's deliveries, the router's job ids; common.dedup): its shard tables'
+    names, each built once, the day buckets of the layout before, and the flag that says they may still
+    hold some."""
+
+    __slots__ = ("_base", "_tables", "legacy", "upgraded")
+
+    def __init__(self, base: str, legacy: str, upgraded: str) -> None:
+        self._base = base
+        self._tables: dict[int, str] = {}
+        self.legacy = legacy  # "<prefix>:seen:": the old buckets are "<legacy><day>:<shard>"
+        self.upgraded = upgraded
+
+    def table(self, shard: int) -> str:
+        name = self._tables.get(shard)
+        if name is None:
+            name = self._tables[shard] = f"{self._base}:{shard}"
+        return name
 
 
 class Keys:
     """Builds the names of one deployment's keys."""
 
-    __slots__ = ("prefix",)
+    __slots__ = ("_deliveries", "_jobids", "prefix")
 
     def __init__(self, prefix: str = "pd") -> None:
         if not PREFIX_RE.match(prefix):
             raise ValueError(f"invalid key prefix {prefix!r}")
         self.prefix = prefix
+        self._deliveries: Space | None = None
+        self._jobids: Space | None = None
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
@@ -142,14 +158,23 @@ class Keys:
         """Deliveries answered 204 (no rule could act on them), a HASH counted by ``<forge>:<event type>``."""
         return self._k("ignored")
 
-    def seen(self, day: int, shard: int) -> str:
-        """The deliveries seen on ``day`` (UTC days since the epoch) whose digest falls in ``shard``."""
-        return self._k("seen", str(day), str(shard))
+    @property
+    def deliveries(self) -> Space:
+        """The deliveries seen in the dedup window: a table per shard, ``pd:deliveries:<shard>``
+        (common.dedup); the layout before kept ``pd:seen:<day>:<shard>``."""
+        if self._deliveries is None:
+            self._deliveries = Space(self._k("deliveries"), self._k("seen") + ":", self.dedup_upgraded)
+        return self._deliveries
 
-    def seen_window(self, today: int, days: int) -> tuple[str, ...]:
-        """``seen(day, shard)`` of ``days`` days back from ``today`` (newest first) but the shard, which the
-        caller appends: built once a day, not 32 names a request (the receiver's hot path)."""
-        return _day_prefixes(self._k("seen"), today, days)
+    @property
+    def dedup_layout(self) -> str:
+        """Set at the first start of the table layout (``scripts.DEDUP_UPGRADE``)."""
+        return self._k("dedup-layout")
+
+    @property
+    def dedup_upgraded(self) -> str:
+        """Lives 32 days from an upgrade: the day buckets of the layout before are read too."""
+        return self._k("dedup-upgraded")
 
     def decided(self, day: int, shard: int) -> str:
         """The router's decisions on deliveries whose events entry is of ``day`` and digest in ``shard``."""
@@ -183,13 +208,12 @@ class Keys:
     def host_jobs(self, host: str) -> str:
         return self._k("jobs", host)
 
-    def jobid(self, day: int, shard: int) -> str:
-        """The job ids queued on ``day`` whose digest falls in ``shard``."""
-        return self._k("jobid", str(day), str(shard))
-
-    def jobid_window(self, today: int, days: int) -> tuple[str, ...]:
-        """``jobid(day, shard)`` of ``days`` days back from ``today`` (newest first) but the shard."""
-        return _day_prefixes(self._k("jobid"), today, days)
+    @property
+    def jobids(self) -> Space:
+        """The job ids queued in the window: ``pd:jobids:<shard>`` (before: ``pd:jobid:<day>:<shard>``)."""
+        if self._jobids is None:
+            self._jobids = Space(self._k("jobids"), self._k("jobid") + ":", self.dedup_upgraded)
+        return self._jobids
 
     def dedup(self, semantic_key: str) -> str:
         return self._k("dedup", semantic_key)

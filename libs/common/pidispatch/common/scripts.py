@@ -6,65 +6,45 @@ Every script the system runs is a ``Script`` here or, for the worker's own count
 
 from __future__ import annotations
 
+from pidispatch.common.dedup import DEDUP_LUA
 from pidispatch.common.luascript import Script
 
 # ---- receiver and router --------------------------------------------------------------------------
 
-# Is ARGV[1] (a 6-byte digest) in any of KEYS[first..last] (strings of digests end to end)? A match must
-# start on a digest boundary: one spanning two stored digests is not a match.
-_KNOWN_LUA = """
-local function known(first, last, digest)
-  for i = first, last do
-    local stored = redis.call('GET', KEYS[i])
-    if stored then
-      local from = 1
-      while true do
-        local at = string.find(stored, digest, from, true)
-        if not at then break end
-        if (at - 1) % #digest == 0 then return true end
-        from = at + 1
-      end
-    end
-  end
-  return false
-end
-"""
-
 # Append a verified delivery once: remembering it and the XADD happen together or not at all.
-# KEYS: its seen buckets (today's first, common.dedup), events stream. ARGV: digest, today's bucket
-# expiry (unix s), then field/value pairs for the entry.
-# Returns the new entry id, or false when the delivery was seen within the window.
-INGEST = Script(_KNOWN_LUA + """
-if known(1, #KEYS - 1, ARGV[1]) then return false end
-redis.call('APPEND', KEYS[1], ARGV[1])
-redis.call('EXPIREAT', KEYS[1], ARGV[2])
-return redis.call('XADD', KEYS[#KEYS], '*', unpack(ARGV, 3))
+# KEYS: its ``Remembered`` keys (common.dedup), events stream. ARGV: its ``Remembered`` args, then field/value
+# pairs for the entry. Returns the new entry id, or false when the delivery was seen within the window.
+INGEST = Script(DEDUP_LUA + """
+local found, where = known()
+if found then return false end
+keep(where)
+return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
 """)
 
 # Enqueue a job at most once: exact id first (31 days, common.dedup), then the semantic window. A queued
 # job's state hash says where it waits (stream, entry) and which pd:events entry made it, in the same step.
-# KEYS: its jobid buckets (today's first), dedup key, job state hash, job stream. ARGV: job id, its digest,
-# today's bucket expiry (unix s), dedup ttl (ms), state ttl (s), pd:events entry id ('' for a local job),
-# then field/value pairs.
+# KEYS: its ``Remembered`` keys, dedup key, job state hash, job stream. ARGV: its ``Remembered`` args, job
+# id, dedup ttl (ms), state ttl (s), pd:events entry id ('' for a local job), then field/value pairs.
 # Returns {'queued', entry id} | {'duplicate', job id, its stored eventEntry or ''}
 #   | {'deduplicated', surviving job id}.
-ENQUEUE = Script(_KNOWN_LUA + """
-local dedup, job, stream = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
-if known(1, #KEYS - 3, ARGV[2]) then
-  return {'duplicate', ARGV[1], redis.call('HGET', job, 'eventEntry') or ''}
+ENQUEUE = Script(DEDUP_LUA + """
+local dedup, job, stream = KEYS[2], KEYS[3], KEYS[4]
+local found, where = known()
+if found then
+  return {'duplicate', ARGV[5], redis.call('HGET', job, 'eventEntry') or ''}
 end
 local survivor = redis.call('GET', dedup)
-if survivor and survivor ~= ARGV[1] then
+if survivor and survivor ~= ARGV[5] then
   return {'deduplicated', survivor}
 end
-redis.call('APPEND', KEYS[1], ARGV[2])
-redis.call('EXPIREAT', KEYS[1], ARGV[3])
-redis.call('SET', dedup, ARGV[1], 'PX', ARGV[4])
-local id = redis.call('XADD', stream, '*', unpack(ARGV, 7))
-redis.call('HSET', job, 'state', 'queued', 'stream', stream, 'entry', id, 'eventEntry', ARGV[6])
-redis.call('EXPIRE', job, ARGV[5])
+keep(where)
+redis.call('SET', dedup, ARGV[5], 'PX', ARGV[6])
+local id = redis.call('XADD', stream, '*', unpack(ARGV, 9))
+redis.call('HSET', job, 'state', 'queued', 'stream', stream, 'entry', id, 'eventEntry', ARGV[8])
+redis.call('EXPIRE', job, ARGV[7])
 return {'queued', id}
 """)
+
 
 # One bounded trim step: cut whole nodes older than ARGV[1], at most ARGV[2] entries, and count them so
 # "entries ever added" stays XLEN + trimmed without reading an entry.

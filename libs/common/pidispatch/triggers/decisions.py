@@ -1,16 +1,16 @@
 """Decision records: what the router made of each delivery, kept for a week in a few dozen bytes.
 
-A decision is one field of a day/shard bucket HASH ``pd:decided:<day>:<shard>``, the scheme of
-``common.dedup``: the day is the UTC day of the delivery's ``pd:events`` entry id, and BLAKE2b-64 of
-``<forge>:<delivery>`` gives the shard (16 bits) and the field (the other 48). The value is a msgpack
+A decision is one field of a day/shard bucket HASH ``pd:decided:<day>:<shard>``: the day is the UTC day
+of the delivery's ``pd:events`` entry id, and BLAKE2b-64 of ``<forge>:<delivery>`` gives the shard (14 of
+its first 16 bits, ``common.dedup.bucket_digest``) and the field (the other 48). The value is a msgpack
 array ``[outcome, reason, jobs, trigger, decided_at_ms, entry]``, ``jobs`` a count when the ids are the
 delivery's own (its job id, or its replicas'), else the ids. Values up to 64 B keep a bucket a listpack:
 about 50-85 B a decision (1 million to 100,000 a day), where a hash per delivery cost ~300 B. A value
 naming another delivery's job (``deduplicated``), or a long lookup-failure reason, is longer and turns
 its one bucket into a plain hash table.
 
-Two deliveries share a field only if all 64 bits of their digests collide on one day, about n**2 / 2**65
-a day for n decisions (3e-8 at a million); the later decision would then hide the earlier.
+Two deliveries share a field only if 62 bits of their digests collide on one day, about n**2 / 2**63
+a day for n decisions (1e-7 at a million); the later decision would then hide the earlier.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Literal
 import msgspec
 from redis.asyncio.client import Pipeline
 
-from pidispatch.common.dedup import DAY_MS, digest
+from pidispatch.common.dedup import DAY_MS, bucket_digest
 from pidispatch.common.keys import DECISION_KEEP_DAYS, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms as wall_ms
@@ -138,7 +138,7 @@ def decode(forge: str, delivery: str, value: bytes) -> Decided:
 
 def _queue(pipe: Pipeline, keys: Keys, forge: str, delivery: str, decided: Decided) -> None:
     day = entry_day(decided.entry)
-    shard, field = digest(f"{forge}:{delivery}")
+    shard, field = bucket_digest(f"{forge}:{delivery}")
     bucket = keys.decided(day, shard)
     pipe.hset(bucket, field, encode(forge, delivery, decided))
     pipe.expireat(bucket, expire_at_s(day))
@@ -202,7 +202,7 @@ async def read(
     else:
         today = (wall_ms() if now_ms is None else now_ms) // DAY_MS
         days = list(range(today, today - PROBED_DAYS, -1))
-    shard, field = digest(f"{forge}:{delivery}")
+    shard, field = bucket_digest(f"{forge}:{delivery}")
     async with redis.pipeline(transaction=False) as pipe:
         for day in days:
             pipe.hget(keys.decided(day, shard), field)

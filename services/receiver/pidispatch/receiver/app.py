@@ -28,6 +28,7 @@ from pidispatch.common.monitor import OK_BODY, READ_METHODS, READY_BODY, json_re
 from pidispatch.common.redis import Redis, bounded
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
+from pidispatch.forges import FORGES as ALL_FORGES
 from pidispatch.forges import verify
 from pidispatch.forges.armconfig import ReceiverConfig
 from pidispatch.forges.arms import FORGES, Arm, forge_for_path, normalise_path
@@ -368,7 +369,10 @@ def create_app(
     # Credentials are checked over the bytes on the wire: never let aiohttp inflate a Content-Encoding.
     app = web.Application(handler_args={"auto_decompress": False})
     app[RECEIVER] = receiver
-    # One catch-all route: paths are normalised and routed by ``arms.FORGE_PATHS``, not aiohttp's table.
+    # Paths are normalised and routed by ``arms.FORGE_PATHS``, not aiohttp's table: the forges' own paths
+    # get plain routes only because aiohttp finds those by a dict lookup, the catch-all by a regex.
+    for forge in ALL_FORGES:
+        app.router.add_route("*", forge.path, receiver.dispatch)
     app.router.add_route("*", "/{tail:.*}", receiver.dispatch)
     if spool is not None:
         metrics.watch_spool(spool)

@@ -1,8 +1,7 @@
 """Append a verified delivery to ``pd:events`` at most once.
 
 Guarantee: the ``INGEST`` script remembers the delivery (``common.dedup``) and XADDs the entry in one
-atomic step,
-so a delivery is appended once or not at all; a Redis fault before the reply leaves nothing
+atomic step, so a delivery is appended once or not at all; a Redis fault before the reply leaves nothing
 half-written and the forge's redelivery is either appended then or answered as a duplicate.
 """
 
@@ -26,12 +25,13 @@ _RECEIVED_AT, _RECEIVED_AT_ISO = RECEIVED_AT.encode(), RECEIVED_AT_ISO.encode()
 class Ingest:
     """Each append is one EVALSHA; a Redis that lost its script cache gets the source once by EVAL."""
 
-    __slots__ = ("_deadlines", "_events", "_grouped", "_keys", "_redis")
+    __slots__ = ("_deadlines", "_deliveries", "_events", "_grouped", "_keys", "_redis")
 
     def __init__(self, redis: Redis, keys: Keys, timeout_s: float = REDIS_OP_TIMEOUT_S) -> None:
         self._redis = redis
         self._keys = keys
         self._events = keys.events
+        self._deliveries = keys.deliveries
         self._deadlines = Deadlines(timeout_s)
         # The writer creates the router's group once, so `XPENDING pd:events router` answers (and trimming
         # protects the entries) before any router ran.
@@ -45,11 +45,10 @@ class Ingest:
         """
         # The fields of pidispatch.common.models.Event, built flat so a request allocates no Event;
         # the body goes as the received bytes, verbatim.
-        seen = remembered(self._keys.seen_window, f"{forge}:{delivery}", received_at)
-        keys = [*seen.buckets, self._events]
+        seen = remembered(self._deliveries, f"{forge}:{delivery}", received_at)
+        keys = [*seen.keys, self._events]
         args = (
-            seen.digest,
-            seen.expire_at_s,
+            *seen.args,
             _FORGE, forge,
             _EVENT, event,
             _DELIVERY, delivery,

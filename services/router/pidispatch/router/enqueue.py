@@ -29,6 +29,8 @@ class Enqueuer:
         # Streams whose `workers` group this process has made sure of: the writer creates the group, so
         # `XPENDING <stream> workers` answers (and trimming protects the entries) before any worker ran.
         self.grouped: set[str] = set()
+        # Until when job ids may also sit in the day buckets of the dedup layout before (common.dedup).
+        self.before_until = 0
 
     async def stream_for(self, job: Job) -> str:
         """The job's stream: a capable host's, else the shared one. Never raises."""
@@ -62,12 +64,11 @@ class Enqueuer:
                 for job, semantic, stream in planned:
                     pairs = list(chain.from_iterable(job_to_fields(job).items()))
                     # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
-                    known = remembered(self.keys.jobid_window, job.id, now)
+                    known = remembered(self.keys.jobids, job.id, now, before=now < self.before_until)
                     ENQUEUE.in_pipeline(
                         pipe,
-                        [*known.buckets, self.keys.dedup(semantic), self.keys.job(job.id), stream],
-                        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S,
-                         event_entry, *pairs],
+                        [*known.keys, self.keys.dedup(semantic), self.keys.job(job.id), stream],
+                        [*known.args, job.id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry, *pairs],
                     )
             replies = await pipe.execute(raise_on_error=False)
         out, at = [], 0

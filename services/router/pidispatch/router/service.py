@@ -24,13 +24,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from pidispatch.common.dedup import upgrade_until
 from pidispatch.common.faults import crash_point
 from pidispatch.common.health import Backoff, Health
 from pidispatch.common.keys import READ_BLOCK_MS, ROUTER_GROUP, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.models import Event, Fields, is_replay, text
 from pidispatch.common.redis import Redis
-from pidispatch.common.runtime import EpochMsClock, every, now_ms, unless_stopped
+from pidispatch.common.runtime import EpochMsClock, every, iso_ms, now_ms, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import (
     Entry,
@@ -193,6 +194,11 @@ class Router:
         events = self.keys.events
         if not self._group_ready:
             await ensure_group(self.redis, events, ROUTER_GROUP)
+            spaces = (self.keys.deliveries, self.keys.jobids)
+            until = await upgrade_until(self.redis, self.keys.dedup_layout, spaces, self.clock())
+            if until and not self.enqueuer.before_until:
+                self.log.info("dedup_reads_old_buckets", until=iso_ms(until))
+            self.enqueuer.before_until = until
             self._group_ready = True
         now = time.monotonic()
         if now >= self._next_claim:

@@ -336,12 +336,12 @@ async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple
     propagate. The job id is the dedup key, so every caller racing with the same id queues one job."""
 
     pairs = list(chain.from_iterable(job_to_fields(job).items()))
-    known = remembered(keys.jobid_window, job.id, job.enqueued_at or now_ms())
+    known = remembered(keys.jobids, job.id, job.enqueued_at or now_ms())
     reply = await ENQUEUE(
         redis,
-        [*known.buckets, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), keys.job(job.id), stream],
+        [*known.keys, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), keys.job(job.id), stream],
         # No pd:events entry made a local job: its state hash keeps eventEntry ''.
-        [job.id, known.digest, known.expire_at_s, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, "", *pairs],
+        [*known.args, job.id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, "", *pairs],
     )
     status, value = text(reply[0]), text(reply[1])
     if status == "queued":
