@@ -23,11 +23,10 @@ def entry_at(ms: int, seq: int = 0) -> str:
 
 
 async def write(redis: Redis, keys: Keys, delivery: str, entry: str, outcome: RouteOutcome) -> None:
-    async with redis.pipeline(transaction=True) as pipe:
-        decided_at = int(entry.partition("-")[0]) + 7
-        line = decisions.record(pipe, keys, FORGE, delivery, entry, outcome, decided_at, LOG)
-        decisionlog.append(pipe, keys, [line], 100)
-        await pipe.execute()
+    page = decisions.Page()
+    decided_at = int(entry.partition("-")[0]) + 7
+    decisions.record(page, keys, FORGE, delivery, entry, outcome, decided_at, LOG)
+    await decisions.write(redis, keys, page, 100)
 
 
 async def test_a_decision_is_found_by_its_entry_and_by_its_delivery(redis: Redis, keys: Keys) -> None:

@@ -115,11 +115,11 @@ async def test_explain_says_the_stored_deduplicated_decision_before_what_todays_
     delivery = await append(redis, keys)
     [(entry, _)] = await redis.xrange(keys.events, count=1)
     survivor = f"gh-{uuid.uuid4()}"
-    async with redis.pipeline(transaction=True) as pipe:
-        decided = RouteOutcome("deduplicated", jobs=(survivor,), trigger=0)
-        log = decisions.Logging(Subject("issues", "labeled"), replay=False)
-        decisions.record(pipe, keys, "github", delivery, entry.decode(), decided, 1_767_323_045_000, log)
-        await pipe.execute()
+    page = decisions.Page()
+    decided = RouteOutcome("deduplicated", jobs=(survivor,), trigger=0)
+    log = decisions.Logging(Subject("issues", "labeled"), replay=False)
+    decisions.record(page, keys, "github", delivery, entry.decode(), decided, 1_767_323_045_000, log)
+    await decisions.write(redis, keys, page, 10_000)
 
     why = cli(base_env, "explain", delivery)
     assert why.returncode == 0, why.stderr

@@ -46,6 +46,28 @@ return {'queued', id}
 """)
 
 
+# The router's page of decisions and acks at once (one call where a MULTI of two commands a decision was
+# the largest part of the router's time): each decision's field in its day/shard bucket, kept to the
+# bucket's expiry; the readable lines, cut to the cap; the acks of the finished entries.
+# KEYS: decision log, events stream, then each decision's bucket. ARGV: group, cap, then per decision its
+# field, value and bucket expiry (unix s); the line count, then score/member pairs; then the ids to ack.
+RECORD_PAGE = Script("""
+local a = 3
+for i = 3, #KEYS do
+  redis.call('HSET', KEYS[i], ARGV[a], ARGV[a + 1])
+  redis.call('EXPIREAT', KEYS[i], ARGV[a + 2])
+  a = a + 3
+end
+local lines = tonumber(ARGV[a])
+if lines > 0 then
+  redis.call('ZADD', KEYS[1], unpack(ARGV, a + 1, a + 2 * lines))
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[2]) - 1)
+end
+a = a + 2 * lines + 1
+if a <= #ARGV then redis.call('XACK', KEYS[2], ARGV[1], unpack(ARGV, a, #ARGV)) end
+return 0
+""")
+
 # One bounded trim step: cut whole nodes older than ARGV[1], at most ARGV[2] entries, and count them so
 # "entries ever added" stays XLEN + trimmed without reading an entry.
 # KEYS: stream, its trimmed counter. ARGV: minid, limit. Returns the number of entries removed.

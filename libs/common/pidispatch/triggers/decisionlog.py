@@ -2,7 +2,7 @@
 19`` lists the last 20 without a join, and ``pi-dispatch events`` reads it.
 
 A sorted set scored by the decision time (epoch ms), capped at ``PD_EVENTS_MAXLEN`` lines like
-``pd:events`` (the oldest go in the same MULTI that adds). A line reads (on one line)::
+``pd:events`` (the oldest go in the same script that adds, ``decisions.write``). A line reads (on one line)::
 
     2026-12-01T10:00:00.123Z queued github issues/labeled acme/app#7 delivery=<id> jobs=<id>
         stream=pd:jobs trigger=0 entry=<pd:events entry id>
@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import cast
 
 import msgspec
-from redis.asyncio.client import Pipeline
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import text
@@ -112,14 +111,6 @@ def logged(
         target=subject.target, delivery=delivery, reason=reason, jobs=tuple(jobs), streams=shown,
         trigger=trigger, replay=replay, entry=entry,
     )
-
-
-def append(pipe: Pipeline, keys: Keys, decisions: Sequence[Logged], cap: int) -> None:
-    """Queue the lines and the cut to ``cap`` on ``pipe`` (the router's MULTI, beside the acks)."""
-    if not decisions:
-        return
-    pipe.zadd(keys.decisions, {line(d): d.decided_at for d in decisions})
-    pipe.zremrangebyrank(keys.decisions, 0, -cap - 1)
 
 
 async def newest(redis: Redis, keys: Keys, limit: int) -> list[Logged]:

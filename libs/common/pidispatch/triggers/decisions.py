@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
-from redis.asyncio.client import Pipeline
 
 from pidispatch.common.dedup import DAY_MS, bucket_digest
 from pidispatch.common.keys import DECISION_KEEP_DAYS, Keys
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms as wall_ms
+from pidispatch.common.scripts import RECORD_PAGE
 from pidispatch.triggers import decisionlog
 from pidispatch.triggers.decision import Subject
 from pidispatch.triggers.jobs import JobIdError, job_id
@@ -136,12 +136,31 @@ def decode(forge: str, delivery: str, value: bytes) -> Decided:
     return Decided(s.outcome, s.reason, jobs, s.trigger, s.decided_at, s.entry)
 
 
-def _queue(pipe: Pipeline, keys: Keys, forge: str, delivery: str, decided: Decided) -> None:
-    day = entry_day(decided.entry)
-    shard, field = bucket_digest(f"{forge}:{delivery}")
-    bucket = keys.decided(day, shard)
-    pipe.hset(bucket, field, encode(forge, delivery, decided))
-    pipe.expireat(bucket, expire_at_s(day))
+class Page:
+    """Decisions written together (``write``): each its bucket and (field, value, expiry), the readable
+    lines, and the entries to ack with them."""
+
+    __slots__ = ("acked", "buckets", "lines", "rows")
+
+    def __init__(self) -> None:
+        self.buckets: list[str] = []
+        self.rows: list[bytes | int] = []
+        self.lines: list[decisionlog.Logged] = []
+        self.acked: list[str] = []
+
+    def add(self, keys: Keys, forge: str, delivery: str, decided: Decided) -> None:
+        day = entry_day(decided.entry)
+        shard, field = bucket_digest(f"{forge}:{delivery}")
+        self.buckets.append(keys.decided(day, shard))
+        self.rows += (field, encode(forge, delivery, decided), expire_at_s(day))
+
+
+async def write(redis: Redis, keys: Keys, page: Page, cap: int, group: str = "") -> None:
+    """The page's decisions, its lines (the log cut to ``cap``) and its acks on ``keys.events`` for
+    ``group``, in one atomic script. Redis errors propagate (nothing is written then)."""
+    lines = [part for d in page.lines for part in (d.decided_at, decisionlog.line(d))]
+    args = [group, cap, *page.rows, len(page.lines), *lines, *page.acked]
+    await RECORD_PAGE(redis, [keys.decisions, keys.events, *page.buckets], args)
 
 
 class Logging(msgspec.Struct, frozen=True):
@@ -153,20 +172,19 @@ class Logging(msgspec.Struct, frozen=True):
 
 
 def record(
-    pipe: Pipeline, keys: Keys, forge: str, delivery: str, entry_id: str, outcome: RouteOutcome,
+    page: Page, keys: Keys, forge: str, delivery: str, entry_id: str, outcome: RouteOutcome,
     decided_at: int, log: Logging,
-) -> decisionlog.Logged:
-    """Queue one entry's week-long decision record on ``pipe`` (the router's MULTI, which acks the entry
-    alongside); returns its line for the readable log, which the caller appends once per page."""
+) -> None:
+    """Add one entry's week-long decision record and its line for the readable log to ``page``."""
     decided = Decided(
         outcome.outcome, outcome.reason, list(outcome.jobs), outcome.trigger, decided_at, entry_id
     )
-    _queue(pipe, keys, forge, delivery, decided)
+    page.add(keys, forge, delivery, decided)
     o = outcome
-    return decisionlog.logged(
+    page.lines.append(decisionlog.logged(
         log.about, forge, delivery, entry_id, o.outcome, decided_at, reason=o.reason, jobs=o.jobs,
         streams=o.streams, trigger=o.trigger, replay=log.replay,
-    )
+    ))
 
 
 async def record_dead(
@@ -179,10 +197,10 @@ async def record_dead(
     line = decisionlog.logged(
         log.about, forge, delivery, entry_id, "dead", wall_ms(), reason=reason, replay=log.replay
     )
-    async with redis.pipeline(transaction=True) as pipe:
-        _queue(pipe, keys, forge, delivery, Decided("dead", reason, [], None, decided_at, entry_id))
-        decisionlog.append(pipe, keys, [line], cap)
-        await pipe.execute()
+    page = Page()
+    page.add(keys, forge, delivery, Decided("dead", reason, [], None, decided_at, entry_id))
+    page.lines.append(line)
+    await write(redis, keys, page, cap)
 
 
 async def parked_reason(redis: Redis, keys: Keys, forge: str, delivery: str, entry_id: str) -> str:

@@ -2,11 +2,11 @@
 
 Exactly-once effects from an at-least-once hand-off: each job is enqueued by one script keyed on its
 deterministic id, and only then are the decision and the XACK written together. A router that dies
-anywhere before that MULTI leaves the entry pending; a peer (or its own restart) re-processes it and the
-script answers ``duplicate`` instead of adding a second job.
+anywhere before that script (``RECORD_PAGE``) leaves the entry pending; a peer (or its own restart)
+re-processes it and the script answers ``duplicate`` instead of adding a second job.
 
 Work is done a page at a time: decisions are pure and computed first, forge lookups for the page run
-concurrently, every enqueue of the page goes in one pipeline, and every decision + ack in one MULTI.
+concurrently, every enqueue of the page goes in one pipeline, and every decision + ack in one script.
 
 The consumer name is ``router.consumer.consumer_name``.
 """
@@ -48,7 +48,7 @@ from pidispatch.router.consumer import consumer_name
 from pidispatch.router.enqueue import Enqueuer
 from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
 from pidispatch.router.trim import mark_read, mark_spacing, run_trimmer
-from pidispatch.triggers import decisionlog, decisions, jobs
+from pidispatch.triggers import decisions, jobs
 from pidispatch.triggers.decision import Ask, Drop, Fire, Subject
 from pidispatch.triggers.decisions import RouteOutcome
 from pidispatch.triggers.lookup import Authorized, Indeterminate, Question, SelfIds, Verdict
@@ -376,27 +376,21 @@ class Router:
         return outcome
 
     async def _record_page(self, work: list[_Work]) -> None:
-        """Decisions and acks in one MULTI: each entry is either finished and explained, or still
+        """Decisions and acks in one script: each entry is either finished and explained, or still
         pending and will be re-processed (idempotently). A ``pending`` outcome is written, not acked."""
         if not work:
             return
-        now = self.clock()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            acked, lines = [], []
-            for w in work:
-                assert w.outcome is not None
-                forge = w.event.forge if w.event else w.fields.get("forge", "?")
-                delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
-                log = _logging(w.fields, w.subject)
-                line = decisions.record(pipe, self.keys, forge, delivery, w.entry_id, w.outcome, now, log)
-                lines.append(line)
-                if w.outcome.outcome != "pending":
-                    acked.append(w.entry_id)
-            decisionlog.append(pipe, self.keys, lines, self.settings.events_maxlen)
-            if acked:
-                pipe.xack(self.keys.events, ROUTER_GROUP, *acked)
-            await pipe.execute()
-        for w in work:  # counted once written: a failed MULTI re-processes the page
+        now, page = self.clock(), decisions.Page()
+        for w in work:
+            assert w.outcome is not None
+            forge = w.event.forge if w.event else w.fields.get("forge", "?")
+            delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
+            log = _logging(w.fields, w.subject)
+            decisions.record(page, self.keys, forge, delivery, w.entry_id, w.outcome, now, log)
+            if w.outcome.outcome != "pending":
+                page.acked.append(w.entry_id)
+        await decisions.write(self.redis, self.keys, page, self.settings.events_maxlen, ROUTER_GROUP)
+        for w in work:  # counted once written: a failed write re-processes the page
             if w.outcome is not None:
                 self.metrics.decided(w.outcome.outcome, w.outcome.reason)
 
