@@ -125,8 +125,8 @@ class RouterMetrics:
     def read(self, entries: int) -> None:
         self._read.inc(entries)
 
-    def decided(self, outcome: str, reason: str = "") -> None:
-        self._decisions.labels(outcome, reason_token(reason)).inc()
+    def decided(self, outcome: str, reason: str = "", count: int = 1) -> None:
+        self._decisions.labels(outcome, reason_token(reason)).inc(count)
 
     def enqueued(self, seconds: float) -> None:
         self._enqueue.observe(seconds)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -390,9 +391,10 @@ class Router:
             if w.outcome.outcome != "pending":
                 page.acked.append(w.entry_id)
         await decisions.write(self.redis, self.keys, page, self.settings.events_maxlen, ROUTER_GROUP)
-        for w in work:  # counted once written: a failed write re-processes the page
-            if w.outcome is not None:
-                self.metrics.decided(w.outcome.outcome, w.outcome.reason)
+        # Counted once written (a failed write re-processes the page), once per kind: a page is mostly one.
+        counts = Counter((w.outcome.outcome, w.outcome.reason) for w in work if w.outcome is not None)
+        for (outcome, reason), count in counts.items():
+            self.metrics.decided(outcome, reason, count)
 
     async def _failed(self, w: _Work, reason: str, error: str) -> None:
         """Leave the entry pending for a retry; park it once it has had ``PD_MAX_DELIVERIES`` tries."""
