@@ -22,7 +22,7 @@ from pidispatch.common.runtime import now_ms
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.common.streams import ensure_group, read_group
 from pidispatch.forges import pipeline
-from pidispatch.router.service import run_router
+from pidispatch.router.service import READ_COUNT, run_router
 from pidispatch.triggers import decisionlog
 from pidispatch.triggers.loader import Rules, RulesRef, parse_triggers
 from tests.support.decisions import bucket_of, decision_fields
@@ -184,6 +184,35 @@ async def test_router_killed_after_enqueue_before_ack_creates_no_duplicate_job(
     assert d["outcome"] == "queued" and d["jobs"] == f"gh-{delivery}" and d["entry"] == entry
     assert await redis.xlen(keys.jobs) == 1
     assert [line["existing"] for line in peer.logged("enqueued")] == [True]
+
+
+async def test_a_router_killed_with_the_next_page_read_ahead_decides_every_entry_once_after_a_restart(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """Busy, the router reads the next page while it processes one; killed after its first enqueue, both
+    pages stay pending under its name, and the same name restarted decides each entry once."""
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [BUG_RULE]}))
+    deliveries = []
+    for i in range(2 * READ_COUNT + 10):
+        body = json.loads(LABELED)
+        body["issue"]["number"] = 100 + i  # distinct issues, so the semantic window keeps them all
+        deliveries.append((await append(redis, keys, body=json.dumps(body)))[0])
+    env = {**base_env, "PD_ROUTER_NAME": "router-a"}
+    doomed = ServiceProcess("router", {**env, "PD_FAULT_INJECT": "router-after-enqueue"}, tmp_path / "a.log")
+    doomed.start()
+    assert doomed.proc is not None
+    await wait_for(lambda: doomed.proc.poll() is not None, timeout=15, what="the router to die")  # type: ignore[union-attr]
+    assert await pending(redis, keys) >= READ_COUNT and await redis.xlen(keys.jobs) == READ_COUNT
+    again = ServiceProcess("router", env, tmp_path / "b.log")
+    again.start()
+    try:
+        await wait_for(lambda: _all_decided(redis, keys, deliveries), timeout=30, what="every decision")
+        await wait_for(lambda: _zero(redis, keys), what="every entry acked")
+    finally:
+        assert again.stop() == 0
+    assert await redis.xlen(keys.jobs) == len(deliveries)
+    outcomes = [(await decision(redis, keys, d))["outcome"] for d in deliveries]
+    assert outcomes == ["queued"] * len(deliveries)
 
 
 async def test_two_routers_in_one_group_share_the_work_without_duplicates(

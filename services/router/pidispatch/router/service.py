@@ -163,19 +163,37 @@ class Router:
         self._unmarked = 0  # entries read since the group's position was last marked for the trimmer
         self._next_claim = 0.0
         self._next_retry = 0.0
+        # The next page's read, started while a full page is processed: the router then waits on Redis
+        # once a page less. Dropped (its entries stay pending under our name) whenever the loop restarts.
+        self._prefetch: asyncio.Task[list[Entry]] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self._run(stop)
+        finally:
+            await self._drop_prefetch()
+
+    async def _drop_prefetch(self) -> None:
+        task, self._prefetch = self._prefetch, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _run(self, stop: asyncio.Event) -> None:
         backoff, redis_health = Backoff(), self.redis_health
         while not stop.is_set():
             try:
                 await self._tick(stop)
             except TRANSIENT as exc:
+                await self._drop_prefetch()
                 redis_health.failed(error=type(exc).__name__)
                 # Whatever we were doing is still pending: start again from our own pending list.
                 self._backlog = "0"
                 await backoff.pause(stop)
                 continue
             except ResponseError as exc:
+                await self._drop_prefetch()
                 if "NOGROUP" in str(exc):
                     # The stream or group was deleted under us (e.g. Redis restarted empty): recreate it.
                     self._group_ready = False
@@ -184,6 +202,7 @@ class Router:
                 await backoff.pause(stop)
                 continue
             except Exception as exc:
+                await self._drop_prefetch()
                 # Not per-entry (those are handled in ``process``): log, back off, keep the service up.
                 self.log.error("router_error", error=type(exc).__name__)
                 await backoff.pause(stop)
@@ -215,7 +234,8 @@ class Router:
             # Advance past each page so an entry left pending by a failure is not re-read in a loop.
             self._backlog = entries[-1][1] if entries else None
         else:
-            entries = await self._read_new(stop)
+            task, self._prefetch = self._prefetch, None
+            entries = await task if task is not None else await self._read_new(stop)
             self._unmarked += len(entries)
             if self._unmarked >= self._mark_spacing:
                 # A backlog read between two trim passes is marked all along it: the trimmer can cut
@@ -224,6 +244,8 @@ class Router:
                 await mark_read(self.redis, self.keys, self._mark_spacing)
         if entries:
             self.metrics.read(len(entries))
+            if self._backlog is None and len(entries) == READ_COUNT:  # a full page: more are waiting
+                self._prefetch = asyncio.ensure_future(self._read_new(stop))
             await self.process_page([(entry_id, fields) for _, entry_id, fields in entries])
 
     async def _read_new(self, stop: asyncio.Event) -> list[Entry]:
