@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
@@ -327,6 +328,8 @@ class Receiver:
     ) -> None:
         """One line and one count per answered delivery; never the body, the credentials or a login."""
         self.metrics.delivery(forge, outcome, reason or "")
+        if reason is None and not previous and not self._log.is_enabled_for(logging.DEBUG):
+            return  # the hot path's line is debug (below): not even its fields are built
         fields = {
             "forge": forge, "forge_event": event, "delivery": delivery, "status": status, "outcome": outcome
         }
