@@ -8,6 +8,7 @@ folder. The process-level spool guarantees (kill -9 mid-drain, one receiver per 
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 import time
 import uuid
@@ -23,6 +24,7 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.forges.receive import load_receiver_config
+from pidispatch.receiver import spool as spool_module
 from pidispatch.receiver.app import create_app
 from pidispatch.receiver.spool import SPOOL_FILE, Spool
 from tests.support.payloads import FIXTURES
@@ -246,3 +248,28 @@ async def test_json_nested_deeper_than_the_parser_goes_is_400_on_every_arm(
         await client.close()
     assert answers == {path: (400, {"error": "invalid-json"}) for path in requests}
     assert await redis.keys(f"{keys.prefix}:*") == []
+
+
+async def test_with_redis_down_a_spool_whose_disk_refuses_writes_makes_readyz_503_until_it_takes_one(
+    own_redis: RedisProcess, own: Redis, spool: Spool, base_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = await _app_client(own, {**base_env, "REDIS_URL": own_redis.url}, spool)
+    real_write = spool_module._write
+
+    def disk_full(fd: int, data: bytes, end: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    try:
+        own_redis.stop(signal.SIGKILL)
+        monkeypatch.setattr(spool_module, "_write", disk_full)
+        _, status, _ = await _post(client)
+        assert status == 503  # not kept anywhere: never a 202
+        ready = await client.get("/readyz")
+        assert (ready.status, (await ready.json())["status"]) == (503, "redis-unreachable")
+        monkeypatch.setattr(spool_module, "_write", real_write)
+        assert (await _post(client))[1:] == (202, {"status": "spooled"})
+        ready = await client.get("/readyz")
+        assert (ready.status, (await ready.json())["status"]) == (200, "spooling")
+    finally:
+        await client.close()

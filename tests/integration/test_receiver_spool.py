@@ -19,7 +19,7 @@ import redis as sync_redis
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.receiver.spool import SPOOL_FILE
+from pidispatch.receiver.spool import QUARANTINE_FILE, SPOOL_FILE, parse
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess
@@ -171,3 +171,61 @@ async def test_bad_spool_configuration_exits_2_naming_the_variable(
     service.stop()
     assert code == 2
     assert variable in service.log_path.read_text()
+
+
+def _flip_in_record(path: Path, index: int) -> int:
+    """Flip one payload byte of record ``index`` (0-based) of the spool file; its offset."""
+    data = path.read_bytes()
+    records, _ = parse(data)
+    start = records[index - 1][0] if index else 0
+    at = (start + records[index][0]) // 2
+    path.write_bytes(data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:])
+    return start
+
+
+@pytest.mark.parametrize("when", ["at-restart", "while-running"])
+async def test_a_damaged_spool_record_costs_that_record_only_and_new_deliveries_flow(
+    own_redis: RedisProcess, base_env: dict[str, str], keys: Keys, tmp_path: Path, when: str
+) -> None:
+    """20 deliveries spooled while Redis is away; one byte of one record flipped (record 7 before a restart,
+    record 1 while the receiver runs): Redis back, the other 19 arrive in order, the damaged one is
+    quarantined, logged with its offset and counted, and a new delivery is accepted."""
+    spool_dir = tmp_path / "spool"
+    receiver, url = _receiver(base_env, tmp_path, own_redis.url, spool_dir)
+    redis = create_redis(own_redis.url)
+    deliveries = [str(uuid.uuid4()) for _ in range(20)]
+    damaged = 6 if when == "at-restart" else 0
+    try:
+        await _started(receiver)
+        own_redis.stop(signal.SIGKILL)
+        async with aiohttp.ClientSession() as session:
+            answers = [await _deliver(session, url, d) for d in deliveries]
+        assert answers == [(202, {"status": "spooled"})] * 20
+        if when == "at-restart":
+            assert receiver.stop() == 0
+            offset = _flip_in_record(spool_dir / SPOOL_FILE, damaged)
+            receiver, url = _receiver(base_env, tmp_path, own_redis.url, spool_dir)
+            own_redis.start()
+            await _started(receiver)
+        else:
+            offset = _flip_in_record(spool_dir / SPOOL_FILE, damaged)
+            own_redis.start()
+        kept = [d for n, d in enumerate(deliveries) if n != damaged]
+        await wait_for(lambda: _stored(redis, keys, len(kept)), timeout=20, what="the 19 intact deliveries")
+        async with aiohttp.ClientSession() as session:
+            assert await _deliver(session, url, "after-the-damage") == (202, {"status": "accepted"})
+            async with session.get(f"{url}/metrics") as resp:
+                text = await resp.text()
+        lines = await wait_for(lambda: receiver.logged("spool_record_quarantined"), what="the error line")
+        entries = [fields[b"delivery"].decode() for _, fields in await redis.xrange(keys.events)]
+    finally:
+        receiver.stop()
+        await redis.aclose()
+    assert entries == [*kept, "after-the-damage"]
+    assert [(line["offset"], line["level"]) for line in lines] == [(offset, "error")]
+    assert metric(text, "pd_receiver_spool_quarantined_total") == 1
+    assert (spool_dir / QUARANTINE_FILE).stat().st_size > 0
+
+
+async def _stored(redis: Redis, keys: Keys, n: int) -> bool:
+    return bool(await redis.xlen(keys.events) >= n)

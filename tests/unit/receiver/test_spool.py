@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.receiver.spool import SPOOL_FILE, Record, Spool, frame, parse
+from pidispatch.receiver.spool import QUARANTINE_FILE, SPOOL_FILE, Record, Spool, frame, parse
 from tests.support.polling import wait_for
 
 
@@ -45,7 +45,7 @@ async def test_appended_records_are_on_disk_in_order_before_append_returns(tmp_p
     ],
     ids=["payload-cut", "header-cut", "checksum", "stray-bytes"],
 )
-def test_a_torn_last_record_is_cut_off_and_the_rest_kept(
+def test_a_torn_last_record_is_moved_to_the_quarantine_and_the_rest_kept(
     tmp_path: Path, damage: Callable[[bytes], bytes], kept: int
 ) -> None:
     whole = b"".join(frame(_record(n)) for n in range(3))
@@ -54,10 +54,68 @@ def test_a_torn_last_record_is_cut_off_and_the_rest_kept(
     spool = _open(tmp_path)
     try:
         assert spool.depth == kept
-        assert spool.torn_bytes > 0
-        assert path.read_bytes() == b"".join(frame(_record(n)) for n in range(kept))
+        good = b"".join(frame(_record(n)) for n in range(kept))
+        assert path.read_bytes() == good
+        # Never cut unsaid: the bytes that are no whole record are kept beside the spool.
+        assert (tmp_path / QUARANTINE_FILE).read_bytes() == damage(whole)[len(good):]
+        assert spool.quarantined == 1 and spool.quarantined_at_open == [len(good)]
     finally:
         spool.close()
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:]
+
+
+@pytest.mark.parametrize("where", ["payload", "length"])
+def test_a_damaged_record_inside_the_spool_costs_that_record_only_at_open(tmp_path: Path, where: str) -> None:
+    frames = [frame(_record(n, body=b'{"n":%d,"pad":"%s"}' % (n, b"x" * 200))) for n in range(20)]
+    start = sum(len(f) for f in frames[:6])  # record 7
+    at = start + (len(frames[6]) // 2 if where == "payload" else 2)  # its payload, or its length field
+    (tmp_path / SPOOL_FILE).write_bytes(_flip(b"".join(frames), at))
+    spool = _open(tmp_path)
+    try:
+        assert spool.depth == 19 and spool.quarantined == 1 and spool.quarantined_at_open == [start]
+        records, _ = parse((tmp_path / SPOOL_FILE).read_bytes())
+        assert [r.delivery for _, r in records] == [f"d-{n}" for n in range(20) if n != 6]
+        assert (tmp_path / QUARANTINE_FILE).read_bytes() == _flip(frames[6], at - start)
+    finally:
+        spool.close()
+
+
+async def test_a_record_damaged_on_disk_while_running_is_quarantined_and_the_drain_goes_on(
+    tmp_path: Path,
+) -> None:
+    spool = _open(tmp_path)
+    stored: list[str] = []
+    quarantined: list[tuple[int, int]] = []
+    redis_up = asyncio.Event()
+
+    async def store(record: Record) -> bool:
+        if not redis_up.is_set():
+            raise ConnectionError("redis down")
+        stored.append(record.delivery)
+        return True
+
+    task = asyncio.create_task(
+        spool.drain(store, lambda r, a: None, lambda e: None, lambda o, n: quarantined.append((o, n)))
+    )
+    try:
+        for n in range(20):
+            assert await spool.append(_record(n))
+        one = len(frame(_record(0)))
+        path = tmp_path / SPOOL_FILE
+        path.write_bytes(_flip(path.read_bytes(), one // 2))  # record 1, while the drain waits for Redis
+        redis_up.set()
+        await wait_for(lambda: len(stored) == 19, what="the other 19 delivered")
+        assert await spool.append(_record(20))  # new deliveries flow behind it
+        await wait_for(lambda: not spool.depth, what="an empty spool")
+    finally:
+        task.cancel()
+        spool.close()
+    assert stored == [f"d-{n}" for n in range(1, 21)]
+    assert quarantined == [(0, one)] and spool.quarantined == 1
+    assert len((tmp_path / QUARANTINE_FILE).read_bytes()) == one
 
 
 async def test_append_past_the_size_bound_is_refused_and_writes_nothing(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest
 from pidispatch.receiver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pidispatch.receiver.metrics import Metrics
-from pidispatch.receiver.spool import Record, Spool
+from pidispatch.receiver.spool import QUARANTINE_FILE, Record, Spool
 
 READY_TIMEOUT_S = 1.0
 
@@ -167,7 +167,8 @@ class Receiver:
             spool = self.spool
             if spool is None:
                 return json_response(503, _REDIS_UNREACHABLE)
-            room = spool.size + verify.MAX_BODY_BYTES < spool.max_bytes
+            # Taking a delivery needs room for the largest one and a disk that takes writes.
+            room = spool.size + verify.MAX_BODY_BYTES < spool.max_bytes and spool.writable
             return self._ready_body(200 if room else 503, "spooling" if room else "redis-unreachable")
         self._redis_health.ok()
         return json_response(200, READY_BODY) if self.spool is None else self._ready_body(200, "ready")
@@ -300,9 +301,18 @@ class Receiver:
         def failed(exc: BaseException) -> None:
             health.failed(error=type(exc).__name__, depth=spool.depth)
 
-        if spool.depth:
-            self._log.info("spool_recovered", depth=spool.depth, torn_bytes=spool.torn_bytes)
-        await spool.drain(store, drained, failed)
+        def quarantined(offset: int, length: int) -> None:
+            self._log.error("spool_record_quarantined", offset=offset, bytes=length, file=QUARANTINE_FILE,
+                            fix="the record is kept there byte for byte; the deliveries after it go on")
+
+        for offset in spool.quarantined_at_open:
+            self._log.error("spool_record_quarantined", offset=offset, file=QUARANTINE_FILE, at="open",
+                            fix="no whole record there (damage, or a write a crash cut short); kept byte for "
+                                "byte; every whole record before and after it is delivered")
+        if spool.depth or spool.quarantined:
+            self._log.info("spool_recovered", depth=spool.depth, quarantined=spool.quarantined,
+                           quarantined_bytes=spool.quarantined_bytes)
+        await spool.drain(store, drained, failed, quarantined)
 
     def _refuse(
         self,

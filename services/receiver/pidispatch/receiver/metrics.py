@@ -6,9 +6,11 @@ never from a request. Children are bound once, so a request pays a dict lookup a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 if TYPE_CHECKING:
@@ -29,6 +31,7 @@ class SpoolSeries:
     drain is rare, and the gauges are read only when scraped."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
         self._drained = Counter(
             "pd_receiver_spool_drained",
             "Spooled deliveries drained to the events stream, by forge and outcome (accepted, or duplicate "
@@ -52,6 +55,23 @@ class SpoolSeries:
         """The spool gauges are read when scraped: the request path pays nothing for them."""
         self._depth.set_function(lambda: spool.depth)
         self._bytes.set_function(lambda: spool.size)
+        self._registry.register(_Quarantined(spool))
+
+
+class _Quarantined:
+    """``pd_receiver_spool_quarantined_total``: records the spool moved to its quarantine file, read from
+    the spool when scraped."""
+
+    def __init__(self, spool: Spool) -> None:
+        self._spool = spool
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "pd_receiver_spool_quarantined",
+            "Spool records (or spans of bytes that are no whole record) moved to spool.quarantine: damaged "
+            "on disk, or the tail of a write a crash cut short.",
+            value=self._spool.quarantined,
+        )
 
 
 class Metrics:

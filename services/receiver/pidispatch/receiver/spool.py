@@ -5,9 +5,12 @@ answer is sent; the drain appends spooled deliveries to ``pd:events`` in arrival
 same seen+append script as the hot path, so a crash at any point loses no acknowledged delivery and
 doubles none (re-appending a delivery already drained finds its seen key and stores nothing).
 
-Records are framed as length (u32) + CRC-32 (u32) + msgpack payload. A frame cut short, or whose
-checksum fails, is the tail of a write a crash interrupted: it was never acknowledged, and opening the
-spool truncates the file there. The directory is held with ``flock`` so two receivers never share it.
+Records are framed as length (u32) + CRC-32 (u32) + msgpack payload, each checked on its own: a damaged
+record costs that record only. Opening the spool keeps every whole record, in order, and moves any other
+bytes (a damaged record, found again by the next frame whose checksum holds; the tail of a write a crash
+cut short) to ``spool.quarantine`` beside it, counted and logged with their offsets; while running, the
+drain moves a record damaged on disk there too (it knows every record's end) and goes on with the next.
+Nothing is truncated unsaid. The directory is held with ``flock`` so two receivers never share it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import fcntl
 import os
 import struct
 import zlib
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -28,6 +33,7 @@ from pidispatch.common.keys import SPOOL_RETRY_BASE_S, SPOOL_RETRY_CAP_S
 from pidispatch.forges.verify import MAX_BODY_BYTES
 
 SPOOL_FILE = "spool.log"
+QUARANTINE_FILE = "spool.quarantine"
 LOCK_FILE = "lock"
 _FRAME = struct.Struct(">II")  # payload length, CRC-32 of the payload
 # A record is one body within the 2 MiB limit plus a few short fields; a longer frame is damage.
@@ -88,31 +94,118 @@ def read_records(fd: int, offset: int, end: int, limit: int = _READ_BYTES) -> li
     return parse(data, offset)[0]
 
 
-def _recover(fd: int) -> tuple[int, int]:
-    """Count the whole records, cut a torn tail off; (records, bytes kept). Blocking."""
+def _next_frame(fd: int, start: int, size: int) -> int:
+    """The first offset after ``start`` where a whole, checksummed record begins; ``size`` when none. Only
+    damage brings a caller here: a random length rarely passes the bound, so few candidates are read."""
+    pos = start + 1
+    while pos + _FRAME.size <= size:
+        window = os.pread(fd, min(_READ_BYTES, size - pos), pos)
+        for at in range(len(window) - _FRAME.size + 1):
+            length = _FRAME.unpack_from(window, at)[0]
+            if length <= MAX_RECORD_BYTES and pos + at + _FRAME.size + length <= size and \
+                    parse(os.pread(fd, _FRAME.size + length, pos + at))[0]:
+                return pos + at
+        pos += max(1, len(window) - _FRAME.size + 1)
+    return size
+
+
+class Recovered(NamedTuple):
+    """What opening found: every whole record's end offset, in order, and the spans that are none."""
+
+    ends: list[int]
+    damaged: list[tuple[int, int]]  # (offset, length) of bytes that are no whole record
+
+
+def _scan(fd: int) -> Recovered:
+    """Every whole record's end, and what lies between or after them; records are not kept (a full
+    spool is a gigabyte). Blocking."""
     size = os.fstat(fd).st_size
-    count = offset = 0
+    ends: list[int] = []
+    damaged: list[tuple[int, int]] = []
+    offset = 0
     while offset < size:
-        records = read_records(fd, offset, size)
-        if not records:
-            break
-        count += len(records)
-        offset = records[-1][0]
-    if offset < size:
-        os.ftruncate(fd, offset)
-        os.fdatasync(fd)
-    return count, offset
+        found = read_records(fd, offset, size)
+        if found:
+            ends += [end for end, _ in found]
+            offset = found[-1][0]
+            continue
+        resume = _next_frame(fd, offset, size)
+        damaged.append((offset, resume - offset))
+        offset = resume
+    return Recovered(ends, damaged)
+
+
+def _quarantine(directory: Path, fd: int, spans: list[tuple[int, int]]) -> None:
+    """Append the bytes of ``spans`` of the spool to the quarantine file, durably. Blocking."""
+    q = os.open(directory / QUARANTINE_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        for offset, length in spans:
+            _copy(fd, q, offset, length)
+        os.fdatasync(q)
+    finally:
+        os.close(q)
+
+
+def _copy(src: int, dst: int, offset: int, length: int) -> None:
+    """``length`` bytes of ``src`` from ``offset`` appended to ``dst``, a chunk at a time. Blocking."""
+    while length > 0:
+        chunk = os.pread(src, min(length, _READ_BYTES), offset)
+        if not chunk:
+            raise OSError("spool file shorter than scanned")
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+        offset += len(chunk)
+        length -= len(chunk)
+
+
+def _recover(directory: Path, fd: int) -> tuple[int, Recovered]:
+    """Open-time recovery: quarantine what is no whole record, then rewrite the spool with the records
+    alone (a new file renamed over it). Returns the file to use and what was found. Blocking."""
+    found = _scan(fd)
+    if not found.damaged:
+        return fd, found
+    _quarantine(directory, fd, found.damaged)
+    tmp = directory / (SPOOL_FILE + ".tmp")
+    new = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        kept, at = 0, 0
+        for offset, length in [*found.damaged, (os.fstat(fd).st_size, 0)]:
+            _copy(fd, new, at, offset - at)  # the whole records between two damaged spans
+            kept += offset - at
+            at = offset + length
+        os.fdatasync(new)
+        os.replace(tmp, directory / SPOOL_FILE)
+    except OSError:
+        os.close(new)
+        raise
+    _fsync_dir(directory)
+    os.close(fd)
+    # Each record moves back by the damaged bytes before it.
+    shifted, gone, spans = [], 0, iter(found.damaged)
+    span = next(spans, None)
+    for end in found.ends:
+        while span is not None and span[0] < end:
+            gone += span[1]
+            span = next(spans, None)
+        shifted.append(end - gone)
+    return new, Recovered(shifted, found.damaged)
 
 
 class Spool:
     """One receiver's spool file; ``depth`` is what it holds that is not in Redis yet."""
 
-    def __init__(self, lock_fd: int, fd: int, max_bytes: int, records: int, end: int, torn: int) -> None:
-        self._lock_fd, self._fd, self.max_bytes = lock_fd, fd, max_bytes
-        self.depth = records  # records spooled or being spooled, not yet drained
-        self.torn_bytes = torn  # cut off at open: the unacknowledged tail of a crashed write
-        self._end = end  # bytes written and fsynced
+    def __init__(self, lock_fd: int, fd: int, max_bytes: int, directory: Path, found: Recovered) -> None:
+        self._lock_fd, self._fd, self.max_bytes, self._dir = lock_fd, fd, max_bytes, directory
+        self.depth = len(found.ends)  # records spooled or being spooled, not yet drained
+        # Moved to the quarantine file: at open (found.damaged), then by the drain.
+        self.quarantined = len(found.damaged)
+        self.quarantined_at_open = [offset for offset, _ in found.damaged]
+        self.quarantined_bytes = sum(length for _, length in found.damaged)
+        self._bounds = deque(found.ends)  # each undrained record's end offset
+        self._end = self._bounds[-1] if self._bounds else 0  # bytes written and fsynced
         self._read = 0  # bytes drained
+        self.writable = True  # False while the disk refuses writes (/readyz says so)
         self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
         self._pending_bytes = 0
         self._writer: asyncio.Task[None] | None = None
@@ -141,8 +234,7 @@ class Spool:
         fd = -1
         try:
             fd = os.open(directory / SPOOL_FILE, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            size = os.fstat(fd).st_size
-            records, end = _recover(fd)
+            fd, found = _recover(directory, fd)
             _fsync_dir(directory)  # the file's directory entry is durable before a record is acknowledged
         except OSError as exc:
             for open_fd in (fd, lock_fd):
@@ -151,7 +243,7 @@ class Spool:
             raise ConfigError(
                 f"PD_SPOOL_DIR cannot be used ({exc.strerror}); accepted: a directory this user can write"
             ) from None
-        return cls(lock_fd, fd, max_bytes, records, end, size - end)
+        return cls(lock_fd, fd, max_bytes, directory, found)
 
     @property
     def size(self) -> int:
@@ -186,11 +278,15 @@ class Spool:
                 try:
                     async with self._file:
                         await asyncio.to_thread(_write, self._fd, data, self._end)
-                        self._end += len(data)
+                        for frame_bytes, _ in batch:
+                            self._end += len(frame_bytes)
+                            self._bounds.append(self._end)
                 except OSError as exc:
                     self.depth -= len(batch)
+                    self.writable = False
                     _settle(batch, exc)
                 else:
+                    self.writable = True
                     self.spooled += len(batch)
                     _settle(batch, None)
                     self._committed.set()
@@ -204,9 +300,11 @@ class Spool:
         store: Callable[[Record], Awaitable[bool]],
         on_drained: Callable[[Record, bool], None],
         on_failed: Callable[[BaseException], None],
+        on_quarantined: Callable[[int, int], None] = lambda offset, length: None,
     ) -> None:
         """Forever: append spooled records in order with ``store`` (True appended, False duplicate);
-        when it raises, wait and retry the same record."""
+        when it raises, wait and retry the same record. A record damaged on disk since it was written is
+        moved to the quarantine file (``on_quarantined(offset, length)``) and the next one follows."""
         delay = SPOOL_RETRY_BASE_S
         while True:
             if self._read >= self._end:
@@ -216,9 +314,8 @@ class Spool:
                     await self._committed.wait()
                 continue
             records = await asyncio.to_thread(read_records, self._fd, self._read, self._end)
-            if not records:  # written by us and checked at open: only disk damage gets here
-                on_failed(OSError("spool record unreadable"))
-                await asyncio.sleep(SPOOL_RETRY_CAP_S)
+            if not records:  # written whole and fsynced: the disk damaged it since
+                await self._quarantine_next(on_quarantined, on_failed)
                 continue
             for end, record in records:
                 try:
@@ -230,9 +327,27 @@ class Spool:
                     break
                 delay = SPOOL_RETRY_BASE_S
                 self._read = end
+                self._bounds.popleft()
                 self.depth -= 1
                 self.drained += 1
                 on_drained(record, appended)
+
+    async def _quarantine_next(
+        self, on_quarantined: Callable[[int, int], None], on_failed: Callable[[BaseException], None]
+    ) -> None:
+        offset, end = self._read, self._bounds[0]
+        try:
+            await asyncio.to_thread(_quarantine, self._dir, self._fd, [(offset, end - offset)])
+        except OSError as exc:  # kept where it is, and tried again: never dropped without its copy
+            on_failed(exc)
+            await asyncio.sleep(SPOOL_RETRY_CAP_S)
+            return
+        self._read = end
+        self._bounds.popleft()
+        self.depth -= 1
+        self.quarantined += 1
+        self.quarantined_bytes += end - offset
+        on_quarantined(offset, end - offset)
 
     async def _truncate_if_drained(self) -> None:
         if self._end == 0 or self.depth:
