@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _redis import private_redis
+
 from pidispatch.common.dedup import DAY_MS, DEDUP_LUA, LEGACY_SHARDS, SHARDS, WINDOW_DAYS, remembered
-from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import Keys
 from pidispatch.common.luascript import Script
 from pidispatch.common.redis import Redis, create_redis
@@ -169,16 +168,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     volumes = (1_000_000,) if args.quick else (100_000, 1_000_000, 10_000_000)
-    workdir = Path(tempfile.mkdtemp(prefix="pd-bench-dedup-"))
-    port = free_port()
-    server = subprocess.Popen(redis_server_argv(find_redis_server(), port, workdir, persist=False),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
-    try:
-        time.sleep(0.3)
-        asyncio.run(measure(f"redis://127.0.0.1:{port}/0", volumes, 5000 if args.quick else 20_000))
-    finally:
-        server.terminate()
-        server.wait(10)
+    with private_redis(Path(tempfile.mkdtemp(prefix="pd-bench-dedup-"))) as url:
+        asyncio.run(measure(url, volumes, 5000 if args.quick else 20_000))
     return 0
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import aiohttp
 from _load import Result, closed_loop, new_session, open_loop, percentile
 from _profile import record_argv, summary
+from _redis import redis_us_by_command
 from aiohttp import web
 
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
@@ -237,12 +238,6 @@ async def profile_start(
                                                 stderr=asyncio.subprocess.DEVNULL)
 
 
-async def redis_us_per_request(redis: Redis, answered: int) -> dict[str, float]:
-    stats = await redis.info("commandstats")
-    return {name.removeprefix("cmdstat_"): float(s["usec"]) / max(answered, 1) for name, s in stats.items()
-            if name not in ("cmdstat_config", "cmdstat_info")}
-
-
 def check_alive(target: Target, phase: str) -> None:
     if target.proc.returncode is not None:
         raise Broken(f"{target.name} exited with {target.proc.returncode} during {phase}")
@@ -295,7 +290,7 @@ async def measure(args: argparse.Namespace, body: bytes, dep: Deployment) -> Mea
                 check_alive(t, phase)
                 if spy is not None:
                     await spy.wait()
-                measured.commands[name].append(await redis_us_per_request(dep.redis, result.answered))
+                measured.commands[name].append(await redis_us_by_command(dep.redis, result.answered))
                 used = {k: cpu_s(pid) - before[k] for k, pid in pids.items()}
                 for k in ("server", "redis", "client"):
                     measured.cpu_us[name][k].append(used[k] / result.answered * 1e6)

@@ -19,13 +19,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _events import preload, wait_drained
 from _profile import record_argv, summary
+from _redis import private_redis, redis_us_by_command
 
-from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import ROUTER_GROUP, Keys
 from pidispatch.common.redis import Redis, create_redis
 
@@ -77,9 +76,7 @@ async def bare_consumer(url: str, prefix: str) -> None:
 
 async def redis_us_per_event(r: Redis, n: int) -> str:
     """Redis's own µs per event by command since the last reset (INFO commandstats), largest first."""
-    stats = await r.info("commandstats")
-    per = {name.removeprefix("cmdstat_"): float(s["usec"]) / n for name, s in stats.items()
-           if name not in ("cmdstat_config", "cmdstat_info", "cmdstat_xlen", "cmdstat_xpending")}
+    per = await redis_us_by_command(r, n)
     ranked = sorted(per.items(), key=lambda kv: -kv[1])
     return f"{sum(per.values()):.1f} (" + ", ".join(f"{c} {us:.1f}" for c, us in ranked if us >= 0.05) + ")"
 
@@ -166,17 +163,9 @@ def main() -> int:
         return 0
     workdir = Path(tempfile.mkdtemp(prefix="pd-bench-router-"))
     (workdir / "triggers.json").write_text(json.dumps(twenty_rules()))
-    port = free_port()
-    server = subprocess.Popen(redis_server_argv(find_redis_server(), port, workdir, persist=False),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        profile = Path(args.profile) if args.profile else None
-        url = f"redis://127.0.0.1:{port}/0"
+    profile = Path(args.profile) if args.profile else None
+    with private_redis(workdir) as url:
         rounds = asyncio.run(measure(url, args.events, workdir, profile, args.rounds))
-    finally:
-        server.terminate()
-        server.wait(10)
     ratios = sorted(router / bare for router, bare in rounds)
     ratio = ratios[len(ratios) // 2]
     router_eps, bare_eps = next((a, b) for a, b in rounds if a / b == ratio)

@@ -35,9 +35,9 @@ from pathlib import Path
 
 import dedup as dedup_bench
 from _events import payloads, wait_drained
+from _redis import private_redis
 
 from pidispatch.common.dedup import remembered
-from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import ROUTER_GROUP, Keys
 from pidispatch.common.models import Event, text
 from pidispatch.common.redis import Redis, create_redis
@@ -291,15 +291,8 @@ def main() -> int:
     args.volumes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
     rules_curve(args.events)
     workdir = Path(tempfile.mkdtemp(prefix="pd-bench-scale-"))
-    port = free_port()
-    server = subprocess.Popen(redis_server_argv(find_redis_server(), port, workdir, persist=False),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        asyncio.run(with_redis(f"redis://127.0.0.1:{port}/0", workdir, args))
-    finally:
-        server.terminate()
-        server.wait(10)
+    with private_redis(workdir) as url:
+        asyncio.run(with_redis(url, workdir, args))
     return 0
 
 

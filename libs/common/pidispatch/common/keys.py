@@ -168,7 +168,7 @@ class Keys:
 
     @property
     def dedup_layout(self) -> str:
-        """Set at the first start of the table layout (``scripts.DEDUP_UPGRADE``)."""
+        """Set at the router's first start of the table layout (``dedup.upgrade_until``)."""
         return self._k("dedup-layout")
 
     @property

@@ -152,9 +152,7 @@ def _copy(src: int, dst: int, offset: int, length: int) -> None:
         chunk = os.pread(src, min(length, _READ_BYTES), offset)
         if not chunk:
             raise OSError("spool file shorter than scanned")
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
+        _write_all(dst, chunk)
         offset += len(chunk)
         length -= len(chunk)
 
@@ -362,14 +360,19 @@ class Spool:
 def _write(fd: int, data: bytes, end: int) -> None:
     """Append and fsync, or leave the file as it was. Blocking."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         os.fdatasync(fd)
     except OSError:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, end)
         raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data``: a write may take only part of it. Blocking."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(directory: Path) -> None:
