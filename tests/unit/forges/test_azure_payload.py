@@ -118,6 +118,8 @@ def test_unknown_events_never_read_their_resource() -> None:
         ("Dev Person <Dev@Example.COM>", "dev@example.com"),
         ("pi-bot@example.com is not me <mallory@evil.test>", "mallory@evil.test"),
         ("  dev@example.com  ", "dev@example.com"),
+        ("\ufeffdev@example.com\u3000", "dev@example.com"),  # JavaScript's trim
+        ("\x1cdev@example.com", "\x1cdev@example.com"),  # U+001C is no whitespace to it
         ("Dev <dev@example.com> trailing", None),  # anchored at the very end
         ("dev@example.com is me", None),
         ("Jamal Hartnett", None),
@@ -142,7 +144,9 @@ def test_changed_by_wins_over_created_by_and_a_guid_wins_over_both() -> None:
 
 
 @pytest.mark.parametrize(("raw", "tags"), [("a; b ; ", ("a", "b")), ("a;b", ("a", "b")), ("", ()), (None, ()),
-                                           (";;", ()), ("pi:go", ("pi:go",))])
+                                           (";;", ()), ("pi:go", ("pi:go",)),
+                                           # JavaScript's trim: the BOM goes, U+001F stays.
+                                           ("\ufeffpi:go ;\xa0", ("pi:go",)), ("\x1f;a", ("\x1f", "a"))])
 def test_tags_split_on_semicolons_trimmed_and_empties_dropped(raw: Any, tags: tuple[str, ...]) -> None:
     assert parse_tags(raw) == tags
 

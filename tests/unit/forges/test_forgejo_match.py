@@ -92,6 +92,18 @@ def test_label_updated_with_the_label_fires_with_the_raw_action_word() -> None:
     assert semantic_key(decision.job) == "example/example#1:go"
 
 
+def test_whole_float_sender_and_pull_request_numbers_read_as_integers() -> None:
+    p = gitea("pull-request-event", action="synchronized", sender=7.0)
+    p["pull_request"]["number"] = float(p["pull_request"]["number"])
+    decision = run("pull_request", p)
+    assert isinstance(decision, Fire)
+    job = msgspec.json.decode(encode_job(decision.job))
+    assert job["trigger"]["sender"] == {"id": 7}
+    assert job["target"]["number"] == p["pull_request"]["number"] and type(job["target"]["number"]) is int
+    p["pull_request"]["number"] += 0.5
+    assert run("pull_request", p) == Drop("missing-pull-request")
+
+
 @pytest.mark.parametrize("action", ["label_cleared", "edited", "assigned", "milestoned", "reviewed"])
 def test_recognised_but_ignored_action_words_are_action_not_actionable(action: str) -> None:
     assert run("issues", gitea("issue-label-event", action=action, labels=("pi:go",))) == Drop(

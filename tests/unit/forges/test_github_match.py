@@ -192,6 +192,18 @@ def test_a_sender_id_that_is_not_an_integer_is_missing_sender_id(sender: Any) ->
     assert decide_on("issues", p, MATRIX) == Drop("missing-sender-id")
 
 
+def test_whole_float_ids_read_as_the_integers_javascript_saw() -> None:
+    """JSON has one number type: 1.0 and 42.0 are sender 1 and issue #42, and the job says 1 and 42."""
+    decision = decide_on("issues", labeled(["ai-review"], sender=1.0, number=42.0), MATRIX)
+    assert isinstance(decision, Fire)
+    job = msgspec.json.decode(encode_job(decision.job))
+    assert (job["trigger"]["sender"], job["target"]["number"]) == ({"id": 1}, 42)
+    assert type(job["target"]["number"]) is int
+    assert semantic_key(decision.job) == "Codertocat/Hello-World#42:review"
+    assert decide_on("issues", labeled(["ai-review"], sender=float(SELF_ID)), MATRIX) == Drop("self")
+    assert decide_on("issues", labeled(["ai-review"], number=42.5), MATRIX) == Drop("missing-issue-number")
+
+
 def test_a_missing_sender_object_is_missing_sender_id() -> None:
     p = labeled(["ai-review"])
     del p["sender"]
@@ -361,6 +373,10 @@ def test_a_review_is_gated_on_the_reviewer_not_the_pr_author() -> None:
         ("commented", None, "MEMBER", "no-review-body"),
         ("COMMENTED", "", "MEMBER", "no-review-body"),
         ("commented", "   \n\t ", "MEMBER", "no-review-body"),
+        # JavaScript's trim: the BOM and U+3000 are blank, the information separators are text.
+        ("commented", "\ufeff\u3000\xa0", "MEMBER", "no-review-body"),
+        ("commented", "\x1c", "MEMBER", "fire"),
+        ("commented", " \x1f ", "MEMBER", "fire"),
         ("commented", "looks off", "MEMBER", "fire"),
         ("approved", "", "MEMBER", "fire"),
         ("changes_requested", "", "MEMBER", "fire"),
@@ -462,6 +478,9 @@ def test_the_closer_lookup_is_wanted_only_for_a_close_a_rule_wants() -> None:
     string_number = issue_closed(40)
     string_number["issue"]["number"] = "40"
     assert not wants("issues", string_number)
+    float_number = issue_closed(40)
+    float_number["issue"]["number"] = 40.0
+    assert wants("issues", float_number)
 
 
 def test_a_merged_pr_close_fires_a_pr_close_rule_without_a_number_in_matched() -> None:

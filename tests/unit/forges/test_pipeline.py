@@ -158,6 +158,21 @@ def test_a_gitlab_delivery_that_cannot_fire_is_decided_without_a_question(ev: Ev
     assert plan(ev, RULES, SELF) == Drop(reason)
 
 
+def test_gitlab_whole_float_ids_are_asked_and_enqueued_as_integers() -> None:
+    p = json.loads(gl(note="@pi go", action="create", user_id=7.0, project_id=42.0).body)
+    p["issue"]["iid"] = 3.0  # a note's number is its noteable's
+    ev = event("gitlab", "note", p)
+    asked = plan(ev, RULES, SELF)
+    assert asked == Ask(GitlabMember(project_id=42, user_id=7))
+    assert isinstance(asked, Ask) and isinstance(asked.question, GitlabMember)
+    assert (type(asked.question.project_id), type(asked.question.user_id)) == (int, int)  # the URL says 42
+    fired = resume(ev, RULES, SELF, True)
+    assert isinstance(fired, Fire)
+    job = msgspec.json.decode(encode_job(fired.job))
+    assert (job["projectId"], job["target"]["number"], job["trigger"]["sender"]) == (42, 3, {"id": 7})
+    assert semantic_key(fired.job) == "group/proj#3:fix"
+
+
 def test_a_gitlab_project_without_an_integer_id_cannot_be_asked_and_is_refused() -> None:
     ev = gl(note="@pi go", action="create", project_id=None)
     assert plan(ev, RULES, SELF) == Drop("author-not-allowed")

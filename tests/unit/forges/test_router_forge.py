@@ -117,6 +117,8 @@ def test_credentials_refusals_name_the_always_asking_forges_first() -> None:
     ("github", "acme/app", False, None, "acme/app"),
     ("github", "acme/app", False, True, "acme/app"),
     ("github", "acme/app", False, "7", "acme/app"),
+    ("github", "acme/app", False, 7.0, "acme/app#7"),  # the filter's reading, never #7.0
+    ("github", "acme/app", False, 7.5, "acme/app"),
     ("github", "<script>", False, 7, None),
     ("github", "a\nb", False, 7, None),
     ("github", None, False, 7, None),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from typing import Protocol, TypeGuard
+from typing import Protocol
 from urllib.parse import quote
 
 import aiohttp
@@ -61,13 +61,6 @@ def split_repo(repo: object) -> tuple[str, str] | None:
 
 def seg(value: str) -> str:
     return quote(value, safe="")
-
-
-def is_int(value: object) -> TypeGuard[int | float]:
-    """JSON integer semantics (JavaScript's ``Number.isInteger``): no bools, integral floats count."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
 class LookupCounter(Protocol):

@@ -30,6 +30,7 @@ from pidispatch.forges.config import ForgeConfig
 # pidispatch.forges.http, and until it moves this is the generic router's one import of a forge package.
 from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
 from pidispatch.forges.route import TokenSources, route_of
+from pidispatch.triggers.jsvalues import js_int
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.rules import Rules
 
@@ -84,8 +85,9 @@ class IdentityCalls:
 
     @staticmethod
     def id(forge: str, what: str, body: Any) -> int:
-        value = body.get("id") if isinstance(body, dict) else None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        # Read as the sender ids it is compared with are: 7.0 is 7.
+        value = js_int(body.get("id")) if isinstance(body, dict) else None
+        if value is None or value < 1:
             raise ConfigError(f"could not resolve the {forge} identity: {what} returned no integer id; "
                               f"check {VARIABLES[forge]}")
         return value

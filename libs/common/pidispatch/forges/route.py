@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pidispatch.forges import FORGES, item_sep
 from pidispatch.forges.base import Forge
+from pidispatch.triggers.jsvalues import js_int
 
 if TYPE_CHECKING:
     import aiohttp
@@ -71,8 +72,9 @@ def delivery_target(kind: str, repo: object, pull: bool, number: object) -> str 
     if not isinstance(repo, str) or not _REPO_RE.fullmatch(repo):
         return None
     repo = repo.replace(" ", "%20")
-    if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
-        return f"{repo}{item_sep(kind, pull)}{number}"
+    item = js_int(number)  # the filter's reading: 7.0 is #7, never #7.0
+    if item is not None and item >= 0:
+        return f"{repo}{item_sep(kind, pull)}{item}"
     return repo
 
 

@@ -11,12 +11,8 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any, NoReturn, TypeGuard
 
-# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator): "blank" and "padded" are
-# tested with it, and Python's str.strip() differs (it strips U+001C..U+001F, keeps U+FEFF).
-JS_WHITESPACE = (
-    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
+from pidispatch.triggers.jsvalues import js_int, js_trim
+
 # A name that is safe in a comma-separated env list and in a Redis key: cron ids, profiles, backends.
 ID_RE = re.compile(r"[A-Za-z0-9._-]+")
 JS_MAX_SAFE_INTEGER = 2**53 - 1
@@ -62,8 +58,9 @@ class TriggerEntry:
                 self.fail(f"{where}.{key}", f"{NOT_SUPPORTED} ({refused[key]}); remove it")
 
 
-def trim(value: str) -> str:
-    return value.strip(JS_WHITESPACE)
+# "blank", "padded" and whole numbers as the original read them: the helpers the filters use too.
+trim = js_trim
+integer = js_int
 
 
 def nonblank(value: Any) -> TypeGuard[str]:
@@ -73,17 +70,6 @@ def nonblank(value: Any) -> TypeGuard[str]:
 def unpadded(value: Any) -> TypeGuard[str]:
     """Non-blank with nothing to trim: the reviewed file must not disagree with what runs."""
     return nonblank(value) and value == trim(value)
-
-
-def integer(value: Any) -> int | None:
-    """A JSON integer as JavaScript reads one (``3.0`` is 3, ``true`` is not a number), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def js_length(text: str) -> int:

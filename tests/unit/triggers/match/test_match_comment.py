@@ -28,6 +28,13 @@ def rule(phrase: str = "@pi", **run: Any) -> CommentRule:
         ("hey @pi", "triage"),
         ("@pi unknown", "triage"),
         ("no phrase", Drop("no-trigger-phrase")),
+        # JavaScript's \s and \S: the BOM, U+00A0 and U+3000 separate, U+001C..U+001F are word text.
+        ("@pi\ufeffreview", "review"),
+        ("@pi\xa0review", "review"),
+        ("@pi\u3000review", "review"),
+        ("@pi\x1creview", "triage"),
+        ("@pi\x1freview", "triage"),
+        ("@pi review\x1d", "triage"),  # the separator is part of the word, which is no known flow
     ],
 )
 def test_a_known_flow_after_the_phrase_overrides_the_default(body: str, outcome: Any) -> None:

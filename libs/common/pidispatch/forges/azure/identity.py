@@ -16,6 +16,7 @@ from pidispatch.forges.azure import FORGE
 from pidispatch.forges.azure.authority import API_VERSION, pat_headers
 from pidispatch.forges.azure.config import block_of
 from pidispatch.forges.route import IdentityAsk
+from pidispatch.triggers.jsvalues import js_trim
 
 AzureSelf = tuple[str | None, str | None]  # (GUID, lower-cased address)
 
@@ -43,4 +44,5 @@ def _account(props: Any) -> str | None:
     account = props.get("Account") if isinstance(props, dict) else None
     if isinstance(account, dict):
         account = account.get("$value")
-    return account.strip().lower() if isinstance(account, str) and "@" in account else None
+    # Trimmed as the payload's addresses are (``payload.extract_email``), so the two compare equal.
+    return js_trim(account).lower() if isinstance(account, str) and "@" in account else None

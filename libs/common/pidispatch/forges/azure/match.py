@@ -22,9 +22,10 @@ from pidispatch.forges.azure.payload import PR_COMMENT_EVENT, AzureSubset
 from pidispatch.triggers import jobs
 from pidispatch.triggers.decision import Decision, Drop, Fire
 from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.jsvalues import js_int
 from pidispatch.triggers.lookup import SelfIds
 from pidispatch.triggers.match import comment
-from pidispatch.triggers.match.common import fire_label_rule, is_int, present
+from pidispatch.triggers.match.common import fire_label_rule, present
 from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
 KIND = FORGE.name
@@ -121,12 +122,13 @@ def _fire(
 
 def _target(ctx: AzureMatchContext, type_: str) -> Target | None:
     s = ctx.subset
-    if not is_int(s.number):
+    number = js_int(s.number)
+    if number is None:
         return None
     if type_ == "pull_request":
-        return Target(type=type_, number=s.number, title=s.title, body=s.body,
+        return Target(type=type_, number=number, title=s.title, body=s.body,
                       head=present(ref=s.head_ref), base=present(ref=s.base_ref))
-    return Target(type=type_, number=s.number, title=s.title, body=s.body)
+    return Target(type=type_, number=number, title=s.title, body=s.body)
 
 
 def tag_route(ctx: AzureMatchContext, event: str) -> Decision:

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from pidispatch.forges.azure import FORGE
+from pidispatch.triggers.jsvalues import JS_WHITESPACE, js_trim
 from pidispatch.triggers.subsets import MalformedPayload, decode, text
 
 WORK_ITEM_EVENTS = frozenset({"workitem.created", "workitem.updated", "workitem.commented"})
@@ -25,7 +26,7 @@ PR_COMMENT_EVENT = "ms.vss-code.git-pullrequest-comment-event"
 # Anchored at the very end: the display-name half is attacker-settable, so a substring test would let
 # "pi-bot@example.com is not me <mallory@evil.test>" read as the harness.
 _TRAILING_ADDRESS = re.compile(r"<([^<>]+)>\Z")
-_BARE_ADDRESS = re.compile(r"[^\s<>@]+@[^\s<>@]+")
+_BARE_ADDRESS = re.compile(f"[^{re.escape(JS_WHITESPACE)}<>@]+@[^{re.escape(JS_WHITESPACE)}<>@]+")
 
 
 class _Container(msgspec.Struct):
@@ -217,10 +218,10 @@ def extract_email(raw: Any) -> str | None:
     """The address in a trailing ``<...>``, or a whole-string bare address; lower-cased; else None."""
     if not isinstance(raw, str):
         return None
-    trimmed = raw.strip()
+    trimmed = js_trim(raw)
     match = _TRAILING_ADDRESS.search(trimmed)
     if match:
-        return match.group(1).strip().lower()
+        return js_trim(match.group(1)).lower()
     return trimmed.lower() if _BARE_ADDRESS.fullmatch(trimmed) else None
 
 
@@ -228,7 +229,7 @@ def parse_tags(raw: Any) -> tuple[str, ...]:
     """``"a; b ;"`` → ``("a", "b")``: separator spacing varies across Azure versions."""
     if not isinstance(raw, str):
         return ()
-    return tuple(part for part in (p.strip() for p in raw.split(";")) if part)
+    return tuple(part for part in (js_trim(p) for p in raw.split(";")) if part)
 
 
 def field_value(fields: dict[str, Any], name: str) -> Any:

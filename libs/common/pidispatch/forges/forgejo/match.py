@@ -21,9 +21,10 @@ from pidispatch.forges.forgejo.payload import ForgejoPullRequestSubset, ForgejoS
 from pidispatch.triggers import jobs
 from pidispatch.triggers.decision import Decision, Drop, Fire
 from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.jsvalues import js_int
 from pidispatch.triggers.match import comment
 from pidispatch.triggers.match.close import close_route
-from pidispatch.triggers.match.common import fire_label_rule, is_int, numeric_sender_gate, present
+from pidispatch.triggers.match.common import fire_label_rule, numeric_sender_gate, present
 from pidispatch.triggers.match.predicate import why_not
 from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
@@ -73,6 +74,7 @@ class ForgejoMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     event: str
     raw: str
     subset: ForgejoSubset
+    sender: int
     group: ForgeGroup
     known_flows: frozenset[str]
     delivery: str
@@ -90,13 +92,14 @@ def decide(
     trace: Trace = NO_TRACE,
 ) -> Decision:
     """``authorized`` is the permission lookup's verdict for the sender; only ``True`` opens the gate."""
-    if (refused := numeric_sender_gate(subset.sender_id, self_id, authorized)) is not None:
-        return refused
+    sender = numeric_sender_gate(subset.sender_id, self_id, authorized)
+    if isinstance(sender, Drop):
+        return sender
     raw = subset.action if isinstance(subset.action, str) else ""
     event = canonical_event(event_name, subset)
     ctx = ForgejoMatchContext(
-        event=event, raw=raw, subset=subset, group=rules.group(FORGE.name), known_flows=rules.known_flows,
-        delivery=delivery, authorized=authorized, trace=trace,
+        event=event, raw=raw, subset=subset, sender=sender, group=rules.group(FORGE.name),
+        known_flows=rules.known_flows, delivery=delivery, authorized=authorized, trace=trace,
     )
     unactionable = Drop("action-not-actionable" if is_recognized(raw) else "unhandled-event")
     if event == "issue_comment":
@@ -125,7 +128,7 @@ def _fire(
         return Drop("no-repository")
     # The raw Forgejo word: the record says what the forge said, not our translation.
     trigger = Trigger(event=ctx.event, action=ctx.raw, delivery_id=ctx.delivery,
-                      sender=Sender(id=ctx.subset.sender_id), matched=matched, comment=comment_data)
+                      sender=Sender(id=ctx.sender), matched=matched, comment=comment_data)
     job = jobs.build_job(kind=KIND, delivery=ctx.delivery, repo=repo, target=target, trigger=trigger,
                          run=run, flow=flow)
     return Fire(job, index)
@@ -133,15 +136,19 @@ def _fire(
 
 def _issue_target(ctx: ForgejoMatchContext, type_: str = "issue") -> Target | None:
     issue = ctx.subset.issue
-    if issue is None or not is_int(issue.number):
+    number = js_int(issue.number) if issue is not None else None
+    if issue is None or number is None:
         return None
-    return Target(type=type_, number=issue.number, title=issue.title, body=issue.body)
+    return Target(type=type_, number=number, title=issue.title, body=issue.body)
 
 
-def _pr_target(pr: ForgejoPullRequestSubset) -> Target:
-    """Unlike GitHub, head.repo stays an object ``{full_name}``."""
+def _pr_target(pr: ForgejoPullRequestSubset | None) -> Target | None:
+    """Unlike GitHub, head.repo stays an object ``{full_name}``. None without a usable number."""
+    number = js_int(pr.number) if pr is not None else None
+    if pr is None or number is None:
+        return None
     return Target(
-        type="pull_request", number=pr.number, title=pr.title, body=pr.body,
+        type="pull_request", number=number, title=pr.title, body=pr.body,
         head={**present(ref=pr.head_ref, sha=pr.head_sha), "repo": present(full_name=pr.head_repo)},
         base=present(ref=pr.base_ref),
     )
@@ -185,10 +192,11 @@ def pull_request(ctx: ForgejoMatchContext) -> Decision:
             ctx.trace.rule(rule.index, "pull_request", why)
             continue
         ctx.trace.rule(rule.index, "pull_request")
-        if not is_int(pr.number):
+        target = _pr_target(pr)
+        if target is None:
             return Drop("missing-pull-request")
         matched = Matched(index=rule.index, type="pull_request", action=ctx.raw)
-        return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched)
+        return _fire(ctx, rule.index, rule.run, target, matched)
     return Drop("no-matching-pr-trigger")
 
 
@@ -202,7 +210,6 @@ def issue_close(ctx: ForgejoMatchContext) -> Decision:
 
 def pr_close(ctx: ForgejoMatchContext) -> Decision:
     ctx.trace.route("pr-close", "pr_close")
-    pr = ctx.subset.pull_request
-    target = _pr_target(pr) if pr is not None and is_int(pr.number) else None
+    target = _pr_target(ctx.subset.pull_request)
     return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", target, ctx.authorized, ctx.trace,
                        partial(_fire, ctx))

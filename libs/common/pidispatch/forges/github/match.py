@@ -20,13 +20,19 @@ import msgspec
 
 from pidispatch.common.models import Matched, Sender, Target, Trigger
 from pidispatch.forges.github import FORGE
-from pidispatch.forges.github.payload import GitHubPullRequestSubset, GitHubSubset, ReviewSubset
+from pidispatch.forges.github.payload import (
+    GitHubIssueSubset,
+    GitHubPullRequestSubset,
+    GitHubSubset,
+    ReviewSubset,
+)
 from pidispatch.triggers import jobs
 from pidispatch.triggers.decision import Decision, Drop, Fire
 from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.jsvalues import js_int, js_trim
 from pidispatch.triggers.match import comment
 from pidispatch.triggers.match.close import close_route, find_close_rule
-from pidispatch.triggers.match.common import fire_label_rule, is_int, present, sender_gate
+from pidispatch.triggers.match.common import fire_label_rule, present, sender_gate
 from pidispatch.triggers.match.predicate import why_not
 from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
@@ -44,6 +50,7 @@ class GitHubMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     event: str
     action: str
     subset: GitHubSubset
+    sender: int
     group: ForgeGroup
     known_flows: frozenset[str]
     delivery: str
@@ -65,14 +72,15 @@ def decide(
 ) -> Decision:
     """``closer_authorized`` is the closer lookup's verdict; only the literal ``True`` opens a close."""
     # GitHub gates authority per route (label, association, closer), not up front.
-    if (refused := sender_gate(subset.sender_id, self_id)) is not None:
-        return refused
+    sender = sender_gate(subset.sender_id, self_id)
+    if isinstance(sender, Drop):
+        return sender
     action = subset.action if isinstance(subset.action, str) else ""
     route = ROUTES.get((event_name, action))
     if route is None:
         return Drop("unhandled-event")
     ctx = GitHubMatchContext(
-        event=event_name, action=action, subset=subset, group=rules.group(FORGE.name),
+        event=event_name, action=action, subset=subset, sender=sender, group=rules.group(FORGE.name),
         known_flows=rules.known_flows, delivery=delivery, closer_authorized=closer_authorized, trace=trace,
     )
     return route(ctx)
@@ -85,19 +93,19 @@ def wants_closer_authority(
     own close (the filter drops it as ``self``) nor for a shape the route would refuse: the same guards
     and the same ``find_close_rule`` as the routes, so a lookup is never spent on a delivery then
     dropped for another reason, and no close routes without one."""
-    if sender_gate(subset.sender_id, self_id) is not None:
+    if isinstance(sender_gate(subset.sender_id, self_id), Drop):
         return False
     if subset.action != CLOSE_WORD:
         return False
     if event_name == "issues":
-        number = subset.issue.number if subset.issue else None
+        number = js_int(subset.issue.number) if subset.issue else None
         rules, type_ = group.issue, "issue"
     elif event_name == "pull_request":
-        number = subset.pull_request.number if subset.pull_request else None
+        number = js_int(subset.pull_request.number) if subset.pull_request else None
         rules, type_ = group.pr_close, "pull_request"
     else:
         return False
-    return is_int(number) and find_close_rule(rules, CLOSE_WORD, number, type_)[0] is not None
+    return number is not None and find_close_rule(rules, CLOSE_WORD, number, type_)[0] is not None
 
 
 def _fire(
@@ -108,7 +116,7 @@ def _fire(
     if not repo:
         return Drop("no-repository")
     trigger = Trigger(
-        event=ctx.event, action=ctx.action, delivery_id=ctx.delivery, sender=Sender(id=ctx.subset.sender_id),
+        event=ctx.event, action=ctx.action, delivery_id=ctx.delivery, sender=Sender(id=ctx.sender),
         matched=matched, comment=comment_data, review=review,
     )
     job = jobs.build_job(kind=KIND, delivery=ctx.delivery, repo=repo, target=target, trigger=trigger,
@@ -122,10 +130,7 @@ def issue_label(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-label", "label")
     issue = ctx.subset.issue
     labels = frozenset(issue.labels) if issue else frozenset()
-    target = None
-    if issue is not None and is_int(issue.number):
-        target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
-    return fire_label_rule(ctx.group.labels(), labels, target, ctx.trace, partial(_fire, ctx))
+    return fire_label_rule(ctx.group.labels(), labels, _issue_target(issue), ctx.trace, partial(_fire, ctx))
 
 
 def issue_comment(ctx: GitHubMatchContext) -> Decision:
@@ -144,20 +149,31 @@ def issue_comment(ctx: GitHubMatchContext) -> Decision:
         return resolved
     rule, flow = resolved
     issue = ctx.subset.issue
-    if issue is None or not is_int(issue.number):
-        return Drop("missing-issue-number")
     # A comment on a PR is an issue_comment whose issue is the PR: route it as one, with no head/base.
-    target = Target(type="pull_request" if issue.is_pull_request else "issue", number=issue.number,
-                    title=issue.title, body=issue.body)
+    target = _issue_target(issue, "pull_request" if issue is not None and issue.is_pull_request else "issue")
+    if target is None:
+        return Drop("missing-issue-number")
     matched = Matched(index=rule.index, type="comment", phrase=rule.phrase)
     return _fire(ctx, rule.index, rule.run, target, matched, flow=flow,
                  comment_data={"body": body, "author_association": association})
 
 
-def _pr_target(pr: GitHubPullRequestSubset) -> Target:
-    """head/base are fork data for event.json, never a clone ref; head.repo is the full name string."""
+def _issue_target(issue: GitHubIssueSubset | None, type_: str = "issue") -> Target | None:
+    """The issue as a job's target, or None without a usable number."""
+    number = js_int(issue.number) if issue is not None else None
+    if issue is None or number is None:
+        return None
+    return Target(type=type_, number=number, title=issue.title, body=issue.body)
+
+
+def _pr_target(pr: GitHubPullRequestSubset | None) -> Target | None:
+    """head/base are fork data for event.json, never a clone ref; head.repo is the full name string. None
+    without a usable number."""
+    number = js_int(pr.number) if pr is not None else None
+    if pr is None or number is None:
+        return None
     return Target(
-        type="pull_request", number=pr.number, title=pr.title, body=pr.body,
+        type="pull_request", number=number, title=pr.title, body=pr.body,
         head=present(ref=pr.head_ref, sha=pr.head_sha, repo=pr.head_repo) if pr.has_head else None,
         base=present(ref=pr.base_ref) if pr.has_base else None,
     )
@@ -167,7 +183,7 @@ def _empty_commented(review: ReviewSubset) -> bool:
     """A `commented` review with no body has nothing to act on (inline comments ride another event);
     `approved` / `changes_requested` are the signal themselves and fire with an empty body."""
     state = review.state if isinstance(review.state, str) else ""
-    return state.lower() == "commented" and not (review.body or "").strip()
+    return state.lower() == "commented" and not js_trim(review.body or "")
 
 
 def _pull_request(ctx: GitHubMatchContext, action: str) -> Decision:
@@ -208,12 +224,13 @@ def _pull_request(ctx: GitHubMatchContext, action: str) -> Decision:
                 ctx.trace.rule(rule.index, "pull_request", "review-state-not-matched")
                 continue
         ctx.trace.rule(rule.index, "pull_request")
-        if not is_int(pr.number):
+        target = _pr_target(pr)
+        if target is None:
             return Drop("missing-pull-request")
         matched = Matched(index=rule.index, type="pull_request", action=action)
         review_data = {"id": review.id, "body": review.body, "state": review.state,
                        "author_association": review.author_association} if is_review and review else None
-        return _fire(ctx, rule.index, rule.run, _pr_target(pr), matched, review=review_data)
+        return _fire(ctx, rule.index, rule.run, target, matched, review=review_data)
     if state_skipped:
         return Drop("review-state-not-matched")
     if action in PR_AUTO_ACTIONS and not author_ok:
@@ -232,10 +249,7 @@ def pull_request_review(ctx: GitHubMatchContext) -> Decision:
 
 def issue_close(ctx: GitHubMatchContext) -> Decision:
     ctx.trace.route("issue-close", "issue")
-    issue = ctx.subset.issue
-    target = None
-    if issue is not None and is_int(issue.number):
-        target = Target(type="issue", number=issue.number, title=issue.title, body=issue.body)
+    target = _issue_target(ctx.subset.issue)
     return close_route(ctx.group.issue, CLOSE_WORD, "issue", target, ctx.closer_authorized, ctx.trace,
                        partial(_fire, ctx))
 
@@ -243,8 +257,7 @@ def issue_close(ctx: GitHubMatchContext) -> Decision:
 def pr_close(ctx: GitHubMatchContext) -> Decision:
     """Merged pull requests arrive as `closed`, so they fire close rules too."""
     ctx.trace.route("pr-close", "pr_close")
-    pr = ctx.subset.pull_request
-    target = _pr_target(pr) if pr is not None and is_int(pr.number) else None
+    target = _pr_target(ctx.subset.pull_request)
     return close_route(ctx.group.pr_close, CLOSE_WORD, "pull_request", target, ctx.closer_authorized,
                        ctx.trace, partial(_fire, ctx))
 

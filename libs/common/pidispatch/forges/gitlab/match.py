@@ -19,9 +19,10 @@ from pidispatch.forges.gitlab.payload import GitLabSubset
 from pidispatch.triggers import jobs
 from pidispatch.triggers.decision import Decision, Drop, Fire
 from pidispatch.triggers.explain import NO_TRACE, Trace
+from pidispatch.triggers.jsvalues import js_int
 from pidispatch.triggers.match import comment
 from pidispatch.triggers.match.close import close_route
-from pidispatch.triggers.match.common import fire_label_rule, is_int, numeric_sender_gate
+from pidispatch.triggers.match.common import fire_label_rule, numeric_sender_gate
 from pidispatch.triggers.match.predicate import matched_label, why_not
 from pidispatch.triggers.rules import ForgeGroup, Rules, RunSpec
 
@@ -34,6 +35,7 @@ class GitLabMatchContext(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     action: Any
     subset: GitLabSubset
+    sender: int
     group: ForgeGroup
     known_flows: frozenset[str]
     delivery: str
@@ -50,11 +52,12 @@ def decide(
     trace: Trace = NO_TRACE,
 ) -> Decision:
     """``authorized`` is the member lookup's verdict (Developer or above); only ``True`` opens the gate."""
-    if (refused := numeric_sender_gate(subset.user_id, self_id, authorized)) is not None:
-        return refused
+    sender = numeric_sender_gate(subset.user_id, self_id, authorized)
+    if isinstance(sender, Drop):
+        return sender
     kind = subset.object_kind if isinstance(subset.object_kind, str) else ""
     ctx = GitLabMatchContext(
-        kind=kind, action=subset.action, subset=subset, group=rules.group(FORGE.name),
+        kind=kind, action=subset.action, subset=subset, sender=sender, group=rules.group(FORGE.name),
         known_flows=rules.known_flows, delivery=delivery, authorized=authorized, trace=trace,
     )
     if kind == "issue":
@@ -87,9 +90,10 @@ def added_labels(subset: GitLabSubset) -> frozenset[str] | None:
 
 def _target(ctx: GitLabMatchContext, type_: str) -> Target | None:
     t = ctx.subset.target
-    if not is_int(t.iid):
+    iid = js_int(t.iid)
+    if iid is None:
         return None
-    return Target(type=type_, number=t.iid, title=t.title, body=t.description)
+    return Target(type=type_, number=iid, title=t.title, body=t.description)
 
 
 def _fire(
@@ -99,14 +103,14 @@ def _fire(
     repo = ctx.subset.project_path
     if not repo:
         return Drop("no-repository")
-    project_id = ctx.subset.project_id
+    project_id = js_int(ctx.subset.project_id)
     trigger = Trigger(
         event=ctx.kind, action=ctx.action if isinstance(ctx.action, str) else None, delivery_id=ctx.delivery,
-        sender=Sender(id=ctx.subset.user_id), matched=matched, comment=comment_data,
+        sender=Sender(id=ctx.sender), matched=matched, comment=comment_data,
     )
     # The numeric project id rides the job: a nested `group/sub/proj` path cannot be split safely.
     job = jobs.build_job(kind=KIND, delivery=ctx.delivery, repo=repo, target=target, trigger=trigger,
-                         run=run, flow=flow, project_id=project_id if is_int(project_id) else None)
+                         run=run, flow=flow, project_id=project_id)
     return Fire(job, index)
 
 

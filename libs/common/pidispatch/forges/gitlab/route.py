@@ -17,8 +17,8 @@ from pidispatch.forges.gitlab.config import block_of
 from pidispatch.forges.route import AuthorityCalls, IdentityAsk, RouteDefaults, RouterForge, delivery_target
 from pidispatch.triggers.decision import Decision
 from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.jsvalues import js_int
 from pidispatch.triggers.lookup import Question, SelfIds
-from pidispatch.triggers.match.common import is_int
 from pidispatch.triggers.rules import Rules
 
 
@@ -38,8 +38,9 @@ class GitLabRoute(RouteDefaults):
         return True  # labels are no approval on GitLab: every type needs the member verdict
 
     def question(self, event: Event, subset: Any) -> Question | None:
-        if is_int(subset.project_id) and is_int(subset.user_id):
-            return GitlabMember(project_id=subset.project_id, user_id=subset.user_id)
+        project_id, user_id = js_int(subset.project_id), js_int(subset.user_id)
+        if project_id is not None and user_id is not None:
+            return GitlabMember(project_id=project_id, user_id=user_id)
         return None
 
     def action(self, event: Event, subset: Any) -> Any:

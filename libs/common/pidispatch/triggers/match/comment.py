@@ -8,13 +8,14 @@ from typing import Any
 
 from pidispatch.triggers.decision import Drop
 from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.jsvalues import JS_NON_SPACE, JS_SPACE
 from pidispatch.triggers.rules import CommentRule
 
 
 @lru_cache(maxsize=64)
 def _override(phrase: str) -> re.Pattern[str]:
-    # The phrase is configuration, never a pattern.
-    return re.compile(re.escape(phrase) + r"\s+(\S+)")
+    # The phrase is configuration, never a pattern; \s and \S are JavaScript's (``jsvalues``).
+    return re.compile(f"{re.escape(phrase)}{JS_SPACE}+({JS_NON_SPACE}+)")
 
 
 def resolve(rule: CommentRule | None, body: Any, known_flows: frozenset[str]) -> Drop | str | None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any, TypeGuard
+from typing import Any
 
 from pidispatch.common.models import Matched, Target
 from pidispatch.triggers.decision import Decision, Drop
 from pidispatch.triggers.explain import Trace
+from pidispatch.triggers.jsvalues import js_int
 from pidispatch.triggers.match.predicate import matched_label, why_not
 from pidispatch.triggers.rules import LabelIndex, LabelRule, RunSpec
 
@@ -15,34 +16,32 @@ from pidispatch.triggers.rules import LabelIndex, LabelRule, RunSpec
 FireRule = Callable[[int, RunSpec, Target, Matched], Decision]
 
 
-def is_int(value: Any) -> TypeGuard[int]:
-    """A JSON integer. A bool is an int in Python but never an id or an item number."""
-    return type(value) is int
-
-
 def filled(value: Any) -> str | None:
     """A non-empty string, else None: what a lookup question may carry."""
     return value if isinstance(value, str) and value else None
 
 
-def sender_gate(sender_id: Any, self_id: int | None) -> Drop | None:
-    """Steps 0-1 of every numeric-id filter: no usable numeric sender, then the harness itself. A string
-    "999" must not read as self, and a missing id must not fall through to a job."""
-    if not is_int(sender_id):
+def sender_gate(sender_id: Any, self_id: int | None) -> Drop | int:
+    """Steps 0-1 of every numeric-id filter: no usable numeric sender, then the harness itself; else the
+    sender's id as an int (``7.0`` reads as 7, as it did in JavaScript). A string "999" must not read as
+    self, and a missing id must not fall through to a job."""
+    sender = js_int(sender_id)
+    if sender is None:
         return Drop("missing-sender-id")
-    if self_id is not None and sender_id == self_id:
+    if self_id is not None and sender == self_id:
         return Drop("self")
-    return None
+    return sender
 
 
-def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | None:
+def numeric_sender_gate(sender_id: Any, self_id: int | None, authorized: Any) -> Drop | int:
     """Steps 0-2 of the GitLab and Forgejo filters, in their load-bearing order: ``sender_gate``, then
-    the authority verdict (only the literal ``True`` opens it)."""
-    if (refused := sender_gate(sender_id, self_id)) is not None:
-        return refused
+    the authority verdict (only the literal ``True`` opens it); else the sender's id."""
+    sender = sender_gate(sender_id, self_id)
+    if isinstance(sender, Drop):
+        return sender
     if authorized is not True:
         return Drop("author-not-allowed")
-    return None
+    return sender
 
 
 def first_label_rule(rules: LabelIndex, labels: Collection[str], trace: Trace) -> LabelRule | None:
