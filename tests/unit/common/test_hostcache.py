@@ -1,17 +1,19 @@
-"""pidispatch.common.registry.HostCache: the router's view of the registry, off the event path: only the first
-call waits for a read; a snapshot 5 s old is re-read in the background (one read in flight) and used
-meanwhile; a failed read is a snapshot with no host, and each job it sends to the shared stream is counted."""
+"""pidispatch.common.registry.HostCache: the router's view of the registry, never older than 5 s: from 2.5 s a
+snapshot is re-read in the background (one read in flight) and used meanwhile; at 5 s, the first call
+and the first after an idle spell, the caller waits for the read; a failed read is a snapshot with no host,
+and each job it sends to the shared stream is counted."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
+import pytest
 import structlog
 
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
-from pidispatch.common.registry import HostCache, HostRow, RegistryUnreachable, read_live_hosts
+from pidispatch.common.registry import HostCache, HostRow, RegistryUnreachable, read_live_hosts, refresh_due
 from tests.support.polling import wait_for
 
 T0 = 1_800_000_000_000
@@ -51,11 +53,30 @@ async def beat(redis: Redis, keys: Keys, name: str, at: int) -> None:
     await redis.sadd(keys.hosts, name)
 
 
+async def plain(redis: Redis, keys: Keys, at: int) -> None:
+    await beat(redis, keys, "plain", at)
+    await redis.hset(keys.host("plain"), "caps", "")
+
+
 def names(cache_hosts: tuple[HostRow, ...]) -> list[str]:
     return [h.name for h in cache_hosts]
 
 
-async def test_only_the_first_call_waits_and_a_stale_snapshot_is_reread_in_the_background(
+@pytest.mark.parametrize(("read_at", "now", "due"), [
+    (None, T0, "wait"),  # never read
+    (T0, T0 + 2_499, None),
+    (T0, T0 + 2_500, "background"),  # half its age: re-read while it is still used
+    (T0, T0 + 4_999, "background"),
+    (T0, T0 + 5_000, "wait"),  # its documented age: never routed on
+    (T0, T0 + 3_600_000, "wait"),  # an idle hour
+])
+def test_a_snapshot_is_reread_from_half_its_age_and_never_used_at_its_age(
+    read_at: int | None, now: int, due: str | None
+) -> None:
+    assert refresh_due(read_at, now, 5_000) == due
+
+
+async def test_only_the_first_call_waits_and_an_ageing_snapshot_is_reread_in_the_background(
     redis: Redis, keys: Keys
 ) -> None:
     clock, read = Clock(), CountingRead()
@@ -65,12 +86,12 @@ async def test_only_the_first_call_waits_and_a_stale_snapshot_is_reread_in_the_b
     assert read.calls == 1
 
     await beat(redis, keys, "mini2", T0)
-    clock.now += 4_000
+    clock.now += 2_000
     assert names((await cache.fleet()).hosts) == ["mini1"]  # fresh: no read
     assert read.calls == 1
-    clock.now += 2_000
+    clock.now += 1_000
     read.gate.clear()
-    assert names((await cache.fleet()).hosts) == ["mini1"]  # stale: used while the re-read runs
+    assert names((await cache.fleet()).hosts) == ["mini1"]  # ageing: used while the re-read runs
     await asyncio.sleep(0)  # the re-read starts
     assert names((await cache.fleet()).hosts) == ["mini1"]
     await asyncio.sleep(0)
@@ -78,6 +99,23 @@ async def test_only_the_first_call_waits_and_a_stale_snapshot_is_reread_in_the_b
     read.gate.set()
     await wait_for(lambda: _has(cache, "mini2"), what="the new snapshot")
     assert read.calls == 2 and read.known == ["mini1"]  # the last snapshot's rows came with the index
+
+
+async def test_after_an_idle_spell_the_first_job_waits_for_a_fresh_snapshot(redis: Redis, keys: Keys) -> None:
+    """A snapshot past its age may name a host gone since: the job is routed on a new read, not on it."""
+    clock, read = Clock(), CountingRead()
+    cache = HostCache(redis, keys, clock, read=read)
+    await beat(redis, keys, "mini1", T0)
+    await plain(redis, keys, T0)  # a host without the capability: routing has a choice to make
+    assert await cache.route(["s:prod"], "gh-1") == "mini1"
+
+    clock.now += 600_000  # ten idle minutes: mini1 stopped beating, mini2 came up
+    await redis.delete(keys.host("mini1"))
+    await redis.srem(keys.hosts, "mini1")
+    await beat(redis, keys, "mini2", clock.now)
+    await plain(redis, keys, clock.now)
+    assert await cache.route(["s:prod"], "gh-2") == "mini2"  # no stale pick of mini1
+    assert read.calls == 2
 
 
 async def _has(cache: HostCache, name: str) -> bool:
@@ -122,11 +160,14 @@ async def test_a_failed_read_sends_jobs_to_the_shared_stream_counted_and_logged_
             assert await cache.route(["s:prod"], f"gh-{i}") is None
         assert await cache.route([], "gh-x") is None  # needs nothing: not a fall-back
         assert read.calls == 1 and cache.fallbacks == 5
+        clock.now += 5_000
+        assert await cache.route(["s:prod"], "gh-6") is None  # re-read, failed again: still the shared stream
+        assert read.calls == 2 and cache.fallbacks == 6
         read.fail = False
         clock.now += 5_000
-        await wait_for(lambda: cache.route(["s:prod"], "gh-9"), what="routing after the registry returns")
+        assert await cache.route(["s:prod"], "gh-9") == "mini1"  # the registry is back: read before routing
     events = [e["event"] for e in logs if e["event"].startswith("host_registry")]
-    # Once a window: the first fall-back, then the one that used the failed snapshot 5 s later.
+    # Once a window: the first fall-back, then the one 5 s later; unreachable and restored once each.
     assert events == ["host_registry_unreachable", "host_registry_fallback", "host_registry_fallback",
                       "host_registry_restored"]
     assert [e["fallbacks"] for e in logs if e["event"] == "host_registry_fallback"] == [1, 6]

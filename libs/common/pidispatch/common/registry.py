@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 from redis.exceptions import RedisError
@@ -312,6 +312,16 @@ async def host_streams(redis: Redis, keys: Keys) -> dict[str, str]:
 # ---- the router's cache --------------------------------------------------------------------------
 
 
+def refresh_due(read_at: int | None, now_ms: int, ttl_ms: int) -> Literal["wait", "background"] | None:
+    """Pure: ``"wait"`` for a read before routing (no snapshot, or one ``ttl_ms`` old), ``"background"``
+    for a re-read while the snapshot is still used (half its age: steady traffic never waits), else None."""
+    if read_at is None or now_ms - read_at >= ttl_ms:
+        return "wait"
+    if now_ms - read_at >= ttl_ms // 2:
+        return "background"
+    return None
+
+
 class HostReader(Protocol):
     def __call__(
         self, redis: Redis, keys: Keys, now_ms: int, *, timeout_s: float, known: Sequence[str]
@@ -319,9 +329,10 @@ class HostReader(Protocol):
 
 
 class HostCache:
-    """The registry as the router sees it, off the event path: a job is routed against the newest
-    snapshot, which is re-read in the background once it is ``ttl_ms`` old (one read in flight). Only
-    the very first call waits for a read (bounded by ``timeout_s``).
+    """The registry as the router sees it: a job is never routed on a snapshot ``ttl_ms`` old or older.
+    Under steady traffic the snapshot is re-read in the background from half its age (one read in
+    flight), so routing never waits; the first call, and the first after an idle spell, waits for the
+    read instead (bounded by ``timeout_s``), since a stale snapshot may name a host long gone.
 
     A failed read is a snapshot with no host, so every job needing a capability goes to the shared
     stream (where a worker that cannot serve it forwards it); each such fall-back is counted and logged
@@ -349,10 +360,13 @@ class HostCache:
         self._inflight: asyncio.Task[None] | None = None
 
     async def fleet(self) -> Fleet:
-        """The newest snapshot; a stale one starts a background re-read and is used meanwhile."""
-        if self._at is None:
+        """A snapshot younger than ``ttl_ms``: read now when there is none or it has expired; from half
+        its age a background re-read starts and this one is used meanwhile."""
+        due = refresh_due(self._at, self.clock(), self.ttl_ms)
+        if due == "wait":
+            # Shielded: a cancelled caller must not cancel the read other callers share.
             await asyncio.shield(self._refreshing())
-        elif self.clock() - self._at >= self.ttl_ms:
+        elif due == "background":
             self._refreshing()
         return self._fleet
 
@@ -373,12 +387,12 @@ class HostCache:
         return self._inflight
 
     async def _refresh(self) -> None:
+        # The snapshot is as old as the moment it was asked for, not the moment it arrived.
+        started = self.clock()
         try:
             try:
                 known = [h.name for h in self._fleet.hosts]
-                hosts = await self.read(
-                    self.redis, self.keys, self.clock(), timeout_s=self.timeout_s, known=known
-                )
+                hosts = await self.read(self.redis, self.keys, started, timeout_s=self.timeout_s, known=known)
                 self._unread = False
                 self.health.ok()
             except RegistryUnreachable as exc:
@@ -387,6 +401,6 @@ class HostCache:
             except Exception as exc:  # a routing hint fails open onto the shared stream, whatever broke
                 hosts, self._unread = [], True
                 self.health.failed(reason=type(exc).__name__)
-            self._fleet, self._at = Fleet(hosts), self.clock()
+            self._fleet, self._at = Fleet(hosts), started
         finally:
             self._inflight = None  # even when cancelled, so the next caller starts a fresh read
