@@ -22,7 +22,7 @@ from pidispatch.common.settings import load_settings
 from pidispatch.worker.engine.container import build_spec, container_name
 from pidispatch.worker.engine.runner import Abort, remove_job_containers, run_container
 from pidispatch.worker.engine.workspace import ensure_jobs_dir, prepare_workspace, remove_workspace
-from pidispatch.worker.local import FolderFacts, inspect_folder, local_job_id, local_user
+from pidispatch.worker.local import FolderFacts, follow_hint, inspect_folder, local_job_id, local_user
 from tests.support.polling import wait_for
 from tests.support.worker import IS_ROOT, make_repo
 
@@ -110,7 +110,7 @@ async def test_forced_dirty_run_lands_on_this_hosts_stream_without_any_target_te
     assert await redis.xlen(keys.jobs) == 0
     assert sorted(fields) == [b"attempt", b"id", b"job", b"kind", b"repo"]
     job, attempt = job_from_fields(fields)
-    assert done.stdout == f"queued {job.id} for folder app\n"
+    assert done.stdout == f"queued {job.id} for folder app\n{follow_hint(job.id)}\n"
     # Its state hash says where it waits; no pd:events entry made it.
     assert await redis.hgetall(keys.job(job.id)) == {
         b"state": b"queued", b"stream": keys.host_jobs(base_env["PI_WORKER_NAME"]).encode(),
@@ -150,6 +150,7 @@ async def test_the_same_run_twice_in_one_minute_is_queued_once(
     assert again.returncode == 0, again.stderr
     assert again.stdout == (
         f"an identical run was queued at {at} as {job_id} (queued); nothing new was queued.\n"
+        f"{follow_hint(job_id)}\n"
     )
     await redis.hset(keys.job(job_id), mapping={"state": "running"})
     third = cli(base_env, folder, "--task", "fix it", "--json")

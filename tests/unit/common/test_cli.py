@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,31 @@ def test_a_reader_that_goes_away_ends_the_verb_quietly() -> None:
     code = proc.wait(30)
     err = proc.stderr.read().decode()
     assert code == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def _closed_reader(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    """Run ``pi-dispatch <argv>`` with stdout a pipe whose reader is already gone (`| head -0`) and
+    stdout buffered as it is without a terminal: its status and its stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pidispatch.common.cli", *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, env=env, cwd=cwd, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    return proc.returncode, proc.stderr.decode()
+
+
+def test_a_short_listing_whose_reader_is_gone_ends_the_verb_quietly(
+    base_env: dict[str, str], tmp_path: Path
+) -> None:
+    # A listing this short sits in stdout's buffer until the verb returns: the flush that finds the
+    # reader gone must be the verb's, not the interpreter's ("Exception ignored …", status 120).
+    code, err = _closed_reader(["events"], {**os.environ, **base_env}, tmp_path)
+    assert code == 141 and "BrokenPipe" not in err, err
+
+
+def test_help_whose_reader_is_gone_ends_quietly(tmp_path: Path) -> None:
+    code, err = _closed_reader(["--help"], dict(os.environ), tmp_path)
+    assert (code, err) == (0, "")

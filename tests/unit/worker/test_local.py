@@ -23,6 +23,7 @@ from pidispatch.worker.local import (
     argument_problem,
     build_local_job,
     check_folder,
+    follow_hint,
     inspect_folder,
     local_job_id,
     local_user,
@@ -275,3 +276,15 @@ async def test_filter_driver_whose_name_cannot_be_overridden_refuses_the_dirty_c
         f.write('[filter "a=b"]\n\tclean = false\n')
     problem = await check_folder(str(repo), "app", force=True)
     assert isinstance(problem, str) and problem.startswith("the git config in folder app declares a filter")
+
+
+def test_the_follow_hint_names_commands_that_parse_with_this_job() -> None:
+    """``run`` returns at once: the line after it must name verbs that exist, spelt as they parse."""
+    from pidispatch.common.cli import build_parser
+
+    job_id = "local-0123456789abcdef-202611301234"
+    commands = re.findall(r"pi-dispatch ([a-z]+(?: [\w-]+)?)", follow_hint(job_id))
+    assert commands == ["status", "runs", f"cancel {job_id}"]
+    parser = build_parser()
+    for command in commands:
+        assert parser.parse_args(command.split()).func is not None

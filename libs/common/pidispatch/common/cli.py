@@ -67,6 +67,9 @@ def run(func: object, args: argparse.Namespace) -> int:
         result = func(args)  # type: ignore[operator]
         if inspect.iscoroutine(result):
             result = asyncio.run(result)
+        # Flushed here, not by the interpreter at exit: a short listing sits in the buffer until then, and
+        # a reader gone by now must take the quiet branch below, not "Exception ignored" and status 120.
+        sys.stdout.flush()
         return int(result or 0)
     except ConfigError as exc:
         print(f"pi-dispatch: configuration error: {exc}", file=sys.stderr, flush=True)
@@ -79,10 +82,25 @@ def run(func: object, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # The reader went away (`pi-dispatch events | head -1`): nothing more to say, and the interpreter's
-        # last flush of stdout must not fail again with a traceback.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # what a shell reports for a writer stopped by SIGPIPE
+        # The reader went away (`pi-dispatch events | head -1`): nothing more to say. 141 is what `yes`,
+        # `cat` and every tool that dies of SIGPIPE report (128 + 13): a pipeline under `set -o pipefail`
+        # sees the verb cut short, as it would any of them, and without pipefail nothing changes.
+        stdout_gone()
+        return 141
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered cannot fail
+    again and print a BrokenPipeError after the verb has ended quietly."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def flush_quietly() -> None:
+    """Flush stdout now; a reader already gone only sends the rest to /dev/null."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_gone()
 
 
 # The verbs that read a deployment: run in a `pi-dispatch dev` folder, they find that dev (devstate).
@@ -93,16 +111,20 @@ DEV_STATE_VERBS = frozenset({
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    if args.command in DEV_STATE_VERBS:
-        from pidispatch.common import devstate
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        if args.command in DEV_STATE_VERBS:
+            from pidispatch.common import devstate
 
-        devstate.apply(os.environ, Path.cwd())
-    return run(args.func, args)
+            devstate.apply(os.environ, Path.cwd())
+        return run(args.func, args)
+    finally:
+        # What argparse wrote (`--help | head -1`) is still buffered: flushed here, it cannot fail later.
+        flush_quietly()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import asyncio
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,13 +284,17 @@ async def fleet_status(redis: Redis, keys: Keys) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def paused_text(fleet: bool, hosts: Sequence[str]) -> str:
+    """The fleet's pause and each host's, said apart once a host is paused: "no (paused hosts: b)" read
+    as a contradiction."""
+    said = "yes, every worker" if fleet else "no"
+    return f"{said} (fleet); hosts paused: {', '.join(hosts)}" if hosts else said
+
+
 def format_status(status: dict[str, Any]) -> str:
     """A few aligned lines for people."""
-    paused = "yes, every worker" if status["paused"] else "no"
-    if status["pausedHosts"]:
-        paused += f" (paused hosts: {', '.join(status['pausedHosts'])})"
     rows = [
-        ("paused", paused),
+        ("paused", paused_text(status["paused"], status["pausedHosts"])),
         *((name, str(status[name])) for name in ("queued", "running", "delayed", "dead")),
         ("windowed", f"{status['heldByWindow']} of the delayed wait for a quiet-hours window"),
         ("waiting", f"{status['heldByWait']} of the delayed wait for a condition (pi-dispatch waits)"),

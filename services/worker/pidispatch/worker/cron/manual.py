@@ -18,7 +18,7 @@ from pidispatch.common.settings import cron_min_interval, load_settings
 from pidispatch.triggers.loader import load_triggers
 from pidispatch.worker.cron.firings import record_firing
 from pidispatch.worker.cron.schedules import cron_job
-from pidispatch.worker.local import check_folder, enqueue_once
+from pidispatch.worker.local import check_folder, enqueue_once, follow_hint
 from pidispatch.worker.replica import own_stream_settings
 
 _RUN_OPTIONS = ("task", "flow", "provider", "model", "max_turns", "image")
@@ -74,8 +74,8 @@ async def run_trigger(args: argparse.Namespace, clock: EpochMsClock) -> int:
             await record_firing(redis, keys, job_id)
     if args.json:
         print(json.dumps({"status": status, "jobId": job_id, "trigger": rule.id, "state": state}))
-    elif status == "queued":
-        print(f"queued {job_id} for trigger {rule.id}")
     else:
-        print(f"{job_id} is already queued ({state}); nothing new was queued")
+        print(f"queued {job_id} for trigger {rule.id}" if status == "queued"
+              else f"{job_id} is already queued ({state}); nothing new was queued")
+        print(follow_hint(job_id))
     return 0
