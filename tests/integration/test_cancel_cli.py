@@ -176,7 +176,7 @@ async def test_redis_down_fails_fast_with_exit_1_naming_redis_url(
 ) -> None:
     monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
     assert await asyncio.wait_for(run(*argv), 10) == 1
-    assert "Redis at REDIS_URL did not answer" in run.err
+    assert "Redis at REDIS_URL (redis://" in run.err
     assert run.out == ""
 
 
@@ -213,6 +213,6 @@ async def test_status_counts_queued_running_delayed_dead_and_pauses(
 
     assert await run("status") == 0
     lines = run.out.splitlines()
-    assert lines[0] == "paused   yes, every worker (paused hosts: mini2)"
+    assert lines[0] == "paused   yes, every worker (fleet); hosts paused: mini2"
     assert "queued   4" in lines and "hosts    mini1" in lines
     assert "windowed 1 of the delayed wait for a quiet-hours window" in lines

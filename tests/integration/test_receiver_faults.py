@@ -24,9 +24,10 @@ from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
 from pidispatch.common.settings import load_settings
 from pidispatch.forges.receive import load_receiver_config
-from pidispatch.receiver import spool as spool_module
+from pidispatch.receiver import spoolfile
 from pidispatch.receiver.app import create_app
-from pidispatch.receiver.spool import SPOOL_FILE, Spool
+from pidispatch.receiver.spool import Spool
+from pidispatch.receiver.spoolfile import SPOOL_FILE
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess
@@ -255,19 +256,19 @@ async def test_with_redis_down_a_spool_whose_disk_refuses_writes_makes_readyz_50
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = await _app_client(own, {**base_env, "REDIS_URL": own_redis.url}, spool)
-    real_write = spool_module._write
+    real_write = spoolfile.write
 
     def disk_full(fd: int, data: bytes, end: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     try:
         own_redis.stop(signal.SIGKILL)
-        monkeypatch.setattr(spool_module, "_write", disk_full)
+        monkeypatch.setattr(spoolfile, "write", disk_full)
         _, status, _ = await _post(client)
         assert status == 503  # not kept anywhere: never a 202
         ready = await client.get("/readyz")
         assert (ready.status, (await ready.json())["status"]) == (503, "redis-unreachable")
-        monkeypatch.setattr(spool_module, "_write", real_write)
+        monkeypatch.setattr(spoolfile, "write", real_write)
         assert (await _post(client))[1:] == (202, {"status": "spooled"})
         ready = await client.get("/readyz")
         assert (ready.status, (await ready.json())["status"]) == (200, "spooling")

@@ -19,7 +19,7 @@ import redis as sync_redis
 from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis, create_redis
-from pidispatch.receiver.spool import QUARANTINE_FILE, SPOOL_FILE, parse
+from pidispatch.receiver.spoolfile import QUARANTINE_FILE, SPOOL_FILE, parse
 from tests.support.payloads import FIXTURES
 from tests.support.polling import wait_for
 from tests.support.processes import RedisProcess, ServiceProcess

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pidispatch.common.errors import ConfigError
@@ -81,3 +83,27 @@ def test_a_bad_metrics_port_names_the_variable_and_the_range(value: str) -> None
         load_settings({"PD_METRICS_PORT": value})
     assert str(info.value).startswith("PD_METRICS_PORT=")
     assert "accepted: 1..65535" in str(info.value)
+
+
+def test_sentinels_make_one_replica_hold_each_write_by_default() -> None:
+    s = load_settings({"REDIS_SENTINELS": "10.0.0.1:26379, [::1]:26380,10.0.0.1:26379"})
+    assert s.redis_sentinels == (("10.0.0.1", 26379), ("::1", 26380))
+    assert (s.redis_sentinel_master, s.replica_acks, s.replica_ack_timeout_ms) == ("pi-dispatch", 1, 250)
+    assert load_settings({}).replica_acks == 0
+    assert load_settings({"REDIS_SENTINELS": "a:1", "PD_REPLICA_ACKS": "0"}).replica_acks == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"REDIS_SENTINELS": "host-without-port"}, "REDIS_SENTINELS entry 'host-without-port'"),
+        ({"REDIS_SENTINELS": "a:1,b:0"}, "REDIS_SENTINELS entry 'b:0'"),
+        ({"REDIS_SENTINELS": "user@a:1"}, "REDIS_SENTINELS entry 'user@a:1'"),
+        ({"REDIS_SENTINEL_MASTER": "my master"}, "REDIS_SENTINEL_MASTER='my master'"),
+        ({"PD_REPLICA_ACKS": "-1"}, "PD_REPLICA_ACKS"),
+        ({"PD_REPLICA_ACK_TIMEOUT_MS": "5"}, "PD_REPLICA_ACK_TIMEOUT_MS"),
+    ],
+)
+def test_bad_sentinel_settings_name_the_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_settings(env)

@@ -168,3 +168,24 @@ def test_egress_off_warns_a_missing_proxy_image_fails_and_on_says_how_much_a_job
     on = dx.egress_check(True, "pi-egress:latest", True, 3)
     assert (on.status, on.finding) == (dx.OK, "on: jobs reach 3 destinations, through a proxy from "
                                              "pi-egress:latest")
+
+
+@pytest.mark.parametrize(
+    ("topology", "status", "says"),
+    [
+        (dx.Topology("master", 0, 0, 0), dx.OK, "no failover configured"),
+        (dx.Topology("master", 1, 0, 1, sentinels=3), dx.OK, "acknowledged once 1 replica(s) hold it"),
+        (dx.Topology("master", 1, 0, 0, sentinels=3), dx.WARN, "a failover can lose acknowledged deliveries"),
+        (dx.Topology("master", 0, 0, 1, sentinels=3), dx.WARN, "each delivery waits, then is spooled"),
+        (dx.Topology("master", 1, None, 1), dx.WARN, "no REDIS_SENTINELS"),
+        (dx.Topology("master", 1, 1, 1, sentinels=2), dx.WARN, "a majority of 3 or more sentinels"),
+        (dx.Topology("slave", 0, 0, 0), dx.FAIL, "is a slave: it refuses writes"),
+        (dx.Topology("master", 0, 0, 1, sentinel_error="none answered"), dx.FAIL, "sentinels: none answered"),
+    ],
+)
+def test_topology_warns_where_a_failover_could_lose_acknowledged_work(
+    topology: dx.Topology, status: str, says: str
+) -> None:
+    check = dx.topology_check(topology)
+    assert (check.status, says in check.finding) == (status, True), check
+    assert check.status == dx.OK or check.fix

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pidispatch.common.errors import ConfigError
-from pidispatch.receiver.spool import QUARANTINE_FILE, SPOOL_FILE, Record, Spool, frame, parse
+from pidispatch.receiver.spool import Spool
+from pidispatch.receiver.spoolfile import QUARANTINE_FILE, SPOOL_FILE, Record, frame, parse
 from tests.support.polling import wait_for
 
 
@@ -171,3 +172,35 @@ async def test_drain_keeps_order_retries_a_failing_store_and_empties_the_file(tm
     assert stored == [f"d-{n}" for n in range(10)]
     assert failures == ["redis down"] * 3
     assert [d for d, _ in drained] == stored
+
+
+async def test_drain_keeps_appended_records_until_a_confirmation_after_them_says_held(tmp_path: Path) -> None:
+    spool = Spool.open(tmp_path, 1 << 20)
+    stored: list[str] = []
+    held = asyncio.Event()
+    asked: list[int] = []
+
+    async def store(record: Record) -> bool:
+        stored.append(record.delivery)
+        return True
+
+    async def confirm() -> bool:
+        asked.append(len(stored))
+        return held.is_set()
+
+    task = asyncio.create_task(spool.drain(store, lambda r, a: None, lambda e: None, confirm=confirm))
+    try:
+        for n in range(3):
+            assert await spool.append(_record(n))
+        await wait_for(lambda: len(stored) == 3 and len(asked) >= 2, what="appended, asked twice")
+        assert await spool.append(_record(3))  # appended while no replica holds the others
+        await wait_for(lambda: len(stored) == 4, what="the fourth appended")
+        assert spool.depth == 4 and (tmp_path / SPOOL_FILE).stat().st_size > 0
+        held.set()
+        await wait_for(lambda: not spool.depth, what="released once held")
+        await wait_for(lambda: not (tmp_path / SPOOL_FILE).stat().st_size, what="the file cut back")
+    finally:
+        task.cancel()
+        spool.close()
+    assert stored == [f"d-{n}" for n in range(4)]
+    assert asked[-1] == 4  # the confirmation that released them came after the last append

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 
 from redis.exceptions import AuthenticationError, RedisError
 
-from pidispatch.common.envnames import REDIS_PASSWORD_VARS
+from pidispatch.common.envnames import REDIS_VARS
 from pidispatch.common.errors import InfraError
-from pidispatch.common.redis import Redis, auth_refused, create_redis
+from pidispatch.common.redis import Redis, auth_refused, redis_for, redis_where
 from pidispatch.common.settings import Settings, load_settings
 
-_SETTINGS_VARS = ("REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "PD_KEY_PREFIX")
+_SETTINGS_VARS = (*REDIS_VARS, "PD_KEY_PREFIX")
 
 
 def redis_settings() -> Settings:
@@ -25,12 +25,13 @@ def redis_settings() -> Settings:
 
 @contextlib.asynccontextmanager
 async def connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     try:
         yield redis
     except AuthenticationError:
         raise auth_refused(settings.redis_url) from None
     except (RedisError, OSError) as exc:
-        raise InfraError(f"Redis at REDIS_URL did not answer ({type(exc).__name__}); {on_failure}") from None
+        where = redis_where(settings)
+        raise InfraError(f"Redis at {where} did not answer ({type(exc).__name__}); {on_failure}") from None
     finally:
         await redis.aclose()

@@ -39,6 +39,11 @@ EGRESS_VARS = (
 RUNNER_INTERNAL_VARS = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
 # The Redis password for a URL without one, in the order they are read (the first set one wins).
 REDIS_PASSWORD_VARS = ("VALKEY_PASSWORD", "REDIS_PASSWORD")
+# Every variable that says where Redis is and how writes to it are held (common.settings' store part).
+REDIS_VARS = (
+    "REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "REDIS_SENTINELS", "REDIS_SENTINEL_MASTER",
+    "REDIS_SENTINEL_PASSWORD", "PD_REPLICA_ACKS", "PD_REPLICA_ACK_TIMEOUT_MS",
+)
 # Every forge variable that holds a credential (each forge's ``secret_vars`` names its own; a test holds
 # the union equal).
 FORGE_SECRET_VARS = (
@@ -52,7 +57,8 @@ WEB_PASSWORD_VAR = "PD_WEB_PASSWORD"
 # Worker-side secrets that must never be forwarded into a job: every credential a process of this
 # project reads, and the Redis address (it may carry a password).
 WORKER_ONLY_SECRETS = (
-    *FORGE_SECRET_VARS, *REDIS_PASSWORD_VARS, "REDIS_URL", "VALKEY_URL", WEB_PASSWORD_VAR,
+    *FORGE_SECRET_VARS, *REDIS_PASSWORD_VARS, "REDIS_URL", "VALKEY_URL", "REDIS_SENTINEL_PASSWORD",
+    WEB_PASSWORD_VAR,
 )
 # A variable whose value names another variable that holds a credential (GITHUB_PAT_VAR=MY_TOKEN).
 PAT_VAR_SUFFIX = "_PAT_VAR"

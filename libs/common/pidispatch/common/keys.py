@@ -154,6 +154,12 @@ class Keys:
         return self._k("events")
 
     @property
+    def replica_probe(self) -> str:
+        """A counter the receiver's spool drain increments and then ``WAIT``s on: held by the replicas, it
+        proves everything appended before it is held too (replication keeps the primary's order)."""
+        return self._k("replica-probe")
+
+    @property
     def ignored(self) -> str:
         """Deliveries answered 204 (no rule could act on them), a HASH counted by ``<forge>:<event type>``."""
         return self._k("ignored")

@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, KeyT
 
 from pidispatch.common.redis import Redis
+from pidispatch.common.replication import Replicas
 
 
 class Script:
@@ -31,6 +32,17 @@ class Script:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await redis.eval(self.script, len(keys), *keys, *args)
+
+    async def held(
+        self, redis: Redis, replicas: Replicas, keys: Sequence[KeyT], args: Sequence[EncodableT] = ()
+    ) -> Any:
+        """Run it and wait for ``replicas`` to hold what it wrote (``Replicas.written``): its reply, or
+        ``ReplicaShortfall`` carrying that reply."""
+        try:
+            replies = await replicas.written(redis, ("EVALSHA", self.sha, len(keys), *keys, *args))
+        except NoScriptError:
+            replies = await replicas.written(redis, ("EVAL", self.script, len(keys), *keys, *args))
+        return replies[0]
 
     def in_pipeline(self, pipe: Pipeline, keys: Sequence[KeyT], args: Sequence[EncodableT] = ()) -> None:
         """Queue it on ``pipe``; the pipeline's execute loads it first if Redis lost it (SCRIPT EXISTS)."""

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import parse_url
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import AuthenticationError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import READ_BLOCK_MS, REDIS_CONNECT_TIMEOUT_S, REDIS_OP_TIMEOUT_S
 from pidispatch.common.secret import Secret
+from pidispatch.common.settings import Settings
 
 Redis = aioredis.Redis
 T = TypeVar("T")
@@ -57,23 +60,78 @@ def _pool_options() -> dict[str, Any]:
 _POOL_OPTIONS = _pool_options()
 
 
+def _client_options() -> dict[str, Any]:
+    # The socket timeout must outlast the longest blocking read (``READ_BLOCK_MS``), or a quiet stream
+    # would look like a dead server.
+    return {
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S,
+        "socket_timeout": READ_BLOCK_MS / 1000 + REDIS_OP_TIMEOUT_S,
+        "health_check_interval": 30,
+        "decode_responses": False,
+        **_POOL_OPTIONS,
+    }
+
+
 def create_redis(url: str, password: Secret[str] | None = None) -> Redis:
     """A client whose every call fails within seconds when Redis is gone, and that uses a fresh
     connection, not a dead pooled one, for the first call after Redis is back.
 
     ``password`` (``VALKEY_PASSWORD``/``REDIS_PASSWORD``) is for a URL without one; settings refuse both.
-    The socket timeout must outlast the longest blocking read (``READ_BLOCK_MS``), or a quiet stream
-    would look like a dead server.
     """
     return aioredis.Redis.from_url(
         url,
-        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
-        socket_timeout=READ_BLOCK_MS / 1000 + REDIS_OP_TIMEOUT_S,
-        health_check_interval=30,
-        decode_responses=False,
         password=None if password is None else password.reveal(),  # a URL's own one would override it
-        **_POOL_OPTIONS,
+        **_client_options(),
     )
+
+
+class SentinelRedis(aioredis.Redis):
+    """The primary's client behind sentinels: each new connection asks them where the primary is, and a
+    connection to a demoted one is dropped at its first refused write (redis-py's Sentinel pool)."""
+
+    sentinels: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        if self.sentinels is not None:  # its connections to the sentinels are this client's to close
+            await self.sentinels.aclose()
+
+
+def redis_for(settings: Settings) -> Redis:
+    """The client every service and verb uses: REDIS_URL's server, or the primary the sentinels name
+    (REDIS_SENTINELS), whose database, user and password still come from REDIS_URL and the password
+    variables."""
+    if not settings.redis_sentinels:
+        return create_redis(settings.redis_url, settings.redis_password)
+    url = parse_url(settings.redis_url)
+    password = settings.redis_password.reveal() if settings.redis_password else url.get("password")
+    sentinel_password = settings.redis_sentinel_password
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(settings.redis_sentinels),
+        sentinel_kwargs={
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S,
+            "socket_timeout": REDIS_OP_TIMEOUT_S,
+            "password": None if sentinel_password is None else sentinel_password.reveal(),
+        },
+        db=url.get("db", 0),
+        username=url.get("username"),
+        password=password,
+        ssl=settings.redis_url.startswith("rediss://"),
+        **_client_options(),
+    )
+    primary = sentinel.master_for(settings.redis_sentinel_master, redis_class=SentinelRedis)
+    client = cast("SentinelRedis", primary)
+    client.sentinels = sentinel
+    return client
+
+
+def redis_where(settings: Settings) -> str:
+    """Where Redis was looked for, for messages: never a password."""
+    if settings.redis_sentinels:
+        hosts = ",".join(f"{host}:{port}" for host, port in settings.redis_sentinels)
+        master = settings.redis_sentinel_master
+        return f"the primary REDIS_SENTINEL_MASTER={master} of REDIS_SENTINELS={hosts}"
+    return f"REDIS_URL ({redis_location(settings.redis_url)})"
 
 
 def redis_location(url: str) -> str:

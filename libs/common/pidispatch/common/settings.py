@@ -46,6 +46,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str = "redis://127.0.0.1:6379/0"
     # VALKEY_PASSWORD / REDIS_PASSWORD, for a URL that carries none; prints as Secret(***).
     redis_password: Secret[str] | None = None
+    # REDIS_SENTINELS: (host, port) of each sentinel; when set, the primary is the one they name
+    # REDIS_SENTINEL_MASTER, and REDIS_URL gives only the database, user and password.
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    redis_sentinel_master: str = "pi-dispatch"
+    redis_sentinel_password: Secret[str] | None = None
+    # PD_REPLICA_ACKS: replicas that must hold a write (WAIT) before it is acknowledged; docs/redis.md "HA".
+    replica_acks: int = 0
+    replica_ack_timeout_ms: int = 250
     key_prefix: str = "pd"
     log_level: str = "info"
     # Router and worker: where /healthz, /readyz and /metrics are served (common.monitor); None = nowhere.
@@ -150,6 +158,11 @@ def default_jobs_dir() -> str:
 class _StorePart(TypedDict):
     redis_url: str
     redis_password: Secret[str] | None
+    redis_sentinels: tuple[tuple[str, int], ...]
+    redis_sentinel_master: str
+    redis_sentinel_password: Secret[str] | None
+    replica_acks: int
+    replica_ack_timeout_ms: int
     key_prefix: str
     events_maxlen: int
     claim_idle_ms: int
@@ -226,14 +239,56 @@ def _store_part(env: Mapping[str, str]) -> _StorePart:
     redis_url = _get(env, "REDIS_URL") or _get(env, "VALKEY_URL") or "redis://127.0.0.1:6379/0"
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+    sentinels = _sentinels(env)
     return _StorePart(
         redis_url=redis_url,
         redis_password=_redis_password(env, redis_url),
+        redis_sentinels=sentinels,
+        redis_sentinel_master=_sentinel_master(env),
+        redis_sentinel_password=_secret(env, "REDIS_SENTINEL_PASSWORD"),
+        # With sentinels a failover is expected, so by default one replica holds a write before it counts.
+        replica_acks=_int(env, "PD_REPLICA_ACKS", 1 if sentinels else 0, 0, 16),
+        replica_ack_timeout_ms=_int(env, "PD_REPLICA_ACK_TIMEOUT_MS", 250, 10, 10_000),
         key_prefix=prefix,
         events_maxlen=_int(env, "PD_EVENTS_MAXLEN", 10_000, 100, 10_000_000),
         claim_idle_ms=_int(env, "PD_CLAIM_IDLE_MS", 60_000, 100, 24 * 3600 * 1000),
         max_deliveries=_int(env, "PD_MAX_DELIVERIES", 5, 1, 100),
     )
+
+
+_SENTINEL_MASTER_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def _sentinels(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """``REDIS_SENTINELS=host:port[,host:port…]``: each sentinel once; a bracketed IPv6 host is accepted."""
+    raw = _get(env, "REDIS_SENTINELS")
+    if not raw:
+        return ()
+    found: list[tuple[str, int]] = []
+    for item in (part.strip() for part in raw.split(",")):
+        host, _, port = item.rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/@ "):
+            raise ConfigError(
+                f"REDIS_SENTINELS entry {item!r} is refused; accepted: host:port[,host:port...]"
+            )
+        if (host, int(port)) not in found:
+            found.append((host, int(port)))
+    return tuple(found)
+
+
+def _sentinel_master(env: Mapping[str, str]) -> str:
+    name = _get(env, "REDIS_SENTINEL_MASTER") or "pi-dispatch"
+    if not _SENTINEL_MASTER_RE.match(name):
+        raise ConfigError(
+            f"REDIS_SENTINEL_MASTER={name!r} is refused; accepted: 1-64 of [A-Za-z0-9._-] (sentinel.conf's)"
+        )
+    return name
+
+
+def _secret(env: Mapping[str, str], name: str) -> Secret[str] | None:
+    value = env.get(name)
+    return Secret(value) if value is not None and value.strip() else None
 
 
 def _redis_password(env: Mapping[str, str], redis_url: str) -> Secret[str] | None:

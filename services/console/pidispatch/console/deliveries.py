@@ -19,7 +19,7 @@ from pidispatch.common.redis import (
     Redis,
     auth_refused,
     bounded,
-    create_redis,
+    redis_for,
     redis_location,
 )
 from pidispatch.common.runtime import now_ms
@@ -35,7 +35,7 @@ from pidispatch.triggers.subsets import MalformedPayload
 
 
 async def open_redis(settings: Settings) -> Redis:
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     where = redis_location(settings.redis_url)
     try:
         await bounded(redis.ping(), 3)

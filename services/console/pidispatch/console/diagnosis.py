@@ -251,3 +251,46 @@ def dead_check(count: int, stream: str) -> Check:
         return ok("dead", f"{stream} is empty")
     return Check("dead", WARN, f"{count} entries parked in {stream}",
                  f"inspect: redis-cli XRANGE {stream} - + ; then pi-dispatch replay <delivery>")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How Redis is replicated, as the primary and the sentinels say (``console.topology`` reads it)."""
+
+    role: str  # INFO replication's role on the server the services write to
+    replicas: int  # replicas connected to it
+    min_replicas: int | None  # min-replicas-to-write; None where CONFIG is disabled
+    acks: int  # PD_REPLICA_ACKS
+    sentinels: int | None = None  # sentinels watching the primary (this one included); None: none set
+    sentinel_error: str | None = None
+
+
+def topology_check(t: Topology) -> Check:
+    """Warn wherever a failover could lose an acknowledged delivery or a container start."""
+    name = "topology"
+    if t.sentinel_error is not None:
+        return Check(name, FAIL, f"sentinels: {t.sentinel_error}",
+                     "check REDIS_SENTINELS and REDIS_SENTINEL_MASTER against sentinel.conf")
+    if t.role != "master":
+        return Check(name, FAIL, f"the server written to is a {t.role}: it refuses writes",
+                     "point REDIS_URL at the primary, or set REDIS_SENTINELS to follow it")
+    shape = f"primary with {t.replicas} replica(s)"
+    if t.sentinels is not None:
+        shape += f", {t.sentinels} sentinel(s)"
+    if t.min_replicas:
+        shape += f", min-replicas-to-write {t.min_replicas}"
+    if t.replicas and not t.acks:
+        return Check(name, WARN, f"{shape}; PD_REPLICA_ACKS=0: a failover can lose acknowledged deliveries",
+                     "set PD_REPLICA_ACKS=1 (the default with REDIS_SENTINELS)")
+    if t.acks > t.replicas:
+        return Check(name, WARN, f"{shape}; PD_REPLICA_ACKS={t.acks}: each delivery waits, then is spooled",
+                     "start the replicas, or lower PD_REPLICA_ACKS to the replicas you run")
+    if t.replicas and t.sentinels is None:
+        return Check(name, WARN, f"{shape}, no REDIS_SENTINELS: the services cannot follow a failover",
+                     "set REDIS_SENTINELS (and REDIS_SENTINEL_MASTER) to the sentinels watching it")
+    if t.sentinels is not None and t.sentinels < 3:
+        return Check(name, WARN, f"{shape}: a failover needs a majority of 3 or more sentinels",
+                     "run 3 sentinels, each on its own host")
+    if not t.replicas:
+        return ok(name, f"{shape}: no failover configured (docs/redis.md, HA)")
+    return ok(name, f"{shape}; acknowledged once {t.acks} replica(s) hold it")

@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 from pidispatch import forges
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
-from pidispatch.common.redis import Redis, bounded, create_redis
+from pidispatch.common.redis import Redis, bounded, redis_for
 from pidispatch.common.settings import Settings, load_settings_by_part
 from pidispatch.common.table import aligned
 from pidispatch.common.unsupported import unknown_variables
 from pidispatch.console import diagnosis as dx
 from pidispatch.console.diagnosis import Check
+from pidispatch.console.topology import read_topology
 from pidispatch.forges.config import ForgeConfig, load_forge_config_by_forge
 from pidispatch.forges.receive import receive_of
 from pidispatch.forges.route import route_of
@@ -86,11 +87,12 @@ async def diagnose(env: Mapping[str, str], timeout_s: float) -> list[Check]:
     forge_config, forge_errors = load_forge_config_by_forge(env)
     checks = [dx.config_check({**errors, **forge_errors}), dx.variables_check(unknown_variables(env))]
     keys = Keys(settings.key_prefix)
-    redis = None if "store" in errors else create_redis(settings.redis_url, settings.redis_password)
+    redis = None if "store" in errors else redis_for(settings)
     try:
         redis_up = await _redis(checks, redis, timeout_s)
         live = redis if redis_up else None
         checks.append(await _streams(live, keys, timeout_s, redis is None))
+        checks.append(await _topology(live, settings, timeout_s))
         checks += await _docker(settings, forge_config, timeout_s, "container" in errors)
         rules, trigger_check = await _triggers(settings, "receiver" in errors)
         checks.append(trigger_check)
@@ -152,6 +154,17 @@ async def _redis(checks: list[Check], redis: Redis | None, timeout_s: float) -> 
         return False
     checks.append(dx.redis_check(None, facts))
     return True
+
+
+async def _topology(redis: Redis | None, settings: Settings, timeout_s: float) -> Check:
+    from redis.exceptions import RedisError
+
+    if redis is None:
+        return dx.skipped("topology", REDIS_DOWN, NO_REDIS_FIX)
+    try:
+        return dx.topology_check(await read_topology(redis, settings, timeout_s))
+    except (RedisError, OSError, TimeoutError) as exc:
+        return Check("topology", dx.FAIL, f"INFO replication failed ({type(exc).__name__})", NO_REDIS_FIX)
 
 
 async def _streams(redis: Redis | None, keys: Keys, timeout_s: float, refused: bool) -> Check:

@@ -34,7 +34,7 @@ async def pause_command(args: argparse.Namespace) -> int:
     from pidispatch.common.configsyntax import WORKER_NAME_RE
     from pidispatch.common.errors import ConfigError, InfraError
     from pidispatch.common.keys import Keys
-    from pidispatch.common.redis import auth_refused, create_redis
+    from pidispatch.common.redis import auth_refused, redis_for
     from pidispatch.common.settings import load_settings
 
     settings = load_settings()
@@ -42,7 +42,7 @@ async def pause_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--host {args.host!r} is not a worker name; accepted: 1-64 of [A-Za-z0-9._-]")
     keys = Keys(settings.key_prefix)
     key = keys.paused_host(args.host) if args.host else keys.paused
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     try:
         if args.paused:
             await redis.set(key, "1")

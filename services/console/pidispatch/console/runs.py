@@ -19,7 +19,7 @@ import msgspec
 from pidispatch.common import runtime
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import RunRecord
-from pidispatch.common.redis import create_redis
+from pidispatch.common.redis import redis_for
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.common.table import aligned
 from pidispatch.worker.history.mirror import (
@@ -90,7 +90,7 @@ async def read_runs(settings: Settings, limit: int, *, now_ms: int, local_only: 
 
 async def _read_fleet(settings: Settings, limit: int, now_ms: int) -> tuple[list[RunRecord], str]:
     # read_mirror bounds itself (REDIS_OP_TIMEOUT_S) and never raises, so a down Redis costs <= 2 s.
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     try:
         since = now_ms - mirror_window_ms(settings.log_retention_days)
         return await read_mirror(redis, Keys(settings.key_prefix), since_ms=since, limit=limit)

@@ -20,7 +20,7 @@ from redis.exceptions import AuthenticationError, RedisError
 
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import Keys
-from pidispatch.common.redis import Redis, bounded, create_redis
+from pidispatch.common.redis import Redis, bounded, redis_for
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.secret import Secret
@@ -232,7 +232,7 @@ async def web_command(args: argparse.Namespace) -> int:
     config, settings = load_web_config(os.environ, args.bind)
     configure_logging("web", settings.log_level)
     stop = stop_on_signals()
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     runner = web.AppRunner(build_app(config, redis, now_ms), access_log=None)
     await runner.setup()
     try:

@@ -29,7 +29,7 @@ from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.instance import LABEL_INSTANCE, instance_id
 from pidispatch.common.keys import Keys
-from pidispatch.common.redis import create_redis
+from pidispatch.common.redis import redis_for
 from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
 from pidispatch.dev.banner import DEFAULT_IMAGE, print_banner, webhook_url
@@ -422,7 +422,7 @@ async def _stop_children(children: dict[str, asyncio.subprocess.Process]) -> Non
 
 async def _instance_of(settings: Settings) -> str | None:
     """The deployment's id in the Redis dev uses (made now if new), or None when it does not answer."""
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     try:
         return await asyncio.wait_for(instance_id(redis, Keys(settings.key_prefix)), 5)
     except Exception:

@@ -27,6 +27,7 @@ from pidispatch.common.keys import RECEIVER_BODY_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
 from pidispatch.common.monitor import OK_BODY, READ_METHODS, READY_BODY, json_response
 from pidispatch.common.redis import Redis, bounded
+from pidispatch.common.replication import Replicas, ReplicaShortfall
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.forges import FORGES as ALL_FORGES
@@ -40,7 +41,8 @@ from pidispatch.receiver.deadline import Deadlines
 from pidispatch.receiver.ingest import Ingest
 from pidispatch.receiver.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pidispatch.receiver.metrics import Metrics
-from pidispatch.receiver.spool import QUARANTINE_FILE, Record, Spool
+from pidispatch.receiver.spool import Spool
+from pidispatch.receiver.spoolfile import QUARANTINE_FILE, Record
 
 READY_TIMEOUT_S = 1.0
 
@@ -89,10 +91,11 @@ class Receiver:
         clock: EpochMsClock,
         metrics: Metrics,
         spool: Spool | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         self._arms = arms
         self._redis = redis
-        self._ingest = Ingest(redis, keys)
+        self._ingest = Ingest(redis, keys, replicas=replicas)
         self._clock = clock
         self.metrics = metrics
         self.spool = spool
@@ -242,6 +245,8 @@ class Receiver:
         if spool_first and (answer := await self._spool(record, previous)) is not None:
             return answer
         appended = await self._append(record)
+        if isinstance(appended, ReplicaShortfall):
+            return await self._unreplicated(record, previous, appended, spool_first)
         retry_in_spool = isinstance(appended, str) and spool is not None and not spool_first
         if retry_in_spool and (answer := await self._spool(record, previous)) is not None:
             return answer
@@ -253,13 +258,33 @@ class Receiver:
         self._log_delivery(name, event, delivery, 202, outcome, previous=previous)
         return json_response(202, _ACCEPTED if appended else _DUPLICATE)
 
-    async def _append(self, record: Record) -> bool | str:
-        """True appended, False a duplicate; the error's class name when Redis did not take it in time."""
+    async def _unreplicated(
+        self, record: Record, previous: bool, short: ReplicaShortfall, spooled_first: bool
+    ) -> web.Response:
+        """The primary took it, too few replicas hold it: a failover now would lose it, so the spool keeps
+        a copy (its drain appends it once more, a duplicate then, and waits for the replicas again)."""
+        self.metrics.replica_shortfall(record.forge)
+        if self.spool is not None and not spooled_first and (answer := await self._spool(record, previous)):
+            return answer
+        # No second copy could be kept: it is on the primary all the same, so the answer stays 202.
+        self._log.warning("replica_ack_short", forge=record.forge, delivery=record.delivery,
+                          held=short.held, wanted=short.wanted)
+        appended = short.replies[0] is not None
+        self._log_delivery(record.forge, record.event, record.delivery, 202,
+                           "accepted" if appended else "duplicate", previous=previous)
+        return json_response(202, _ACCEPTED if appended else _DUPLICATE)
+
+    async def _append(self, record: Record) -> bool | str | ReplicaShortfall:
+        """True appended, False a duplicate; the error's class name when Redis did not take it in time;
+        the shortfall when it did and too few replicas held it."""
         started = perf_counter()
         try:
             appended = await self._ingest.append(
                 record.forge, record.event, record.delivery, record.received_at, record.body
             )
+        except ReplicaShortfall as short:
+            self._redis_health.ok()
+            return short
         except (RedisError, OSError) as exc:  # TimeoutError (the bound) is an OSError
             self.metrics.append_failed(record.forge)
             self._redis_health.failed(error=type(exc).__name__)
@@ -290,7 +315,7 @@ class Receiver:
         ingest, metrics, health = self._ingest, self.metrics, Health("spool_drain_failing", "spool_draining")
 
         def store(r: Record) -> Awaitable[bool]:
-            return ingest.append(r.forge, r.event, r.delivery, r.received_at, r.body)
+            return ingest.append(r.forge, r.event, r.delivery, r.received_at, r.body, held=False)
 
         def drained(record: Record, appended: bool) -> None:
             health.ok()
@@ -312,7 +337,9 @@ class Receiver:
         if spool.depth or spool.quarantined:
             self._log.info("spool_recovered", depth=spool.depth, quarantined=spool.quarantined,
                            quarantined_bytes=spool.quarantined_bytes)
-        await spool.drain(store, drained, failed, quarantined)
+        # With PD_REPLICA_ACKS a drained record stays spooled until the replicas hold it: one WAIT a batch.
+        confirm = ingest.confirm if ingest.waits_for_replicas else None
+        await spool.drain(store, drained, failed, quarantined, confirm)
 
     def _refuse(
         self,
@@ -378,7 +405,7 @@ def create_app(
         config = load_receiver_config(settings, {})
     arms = configure_arms(config)
     metrics = Metrics(tuple(arms))
-    receiver = Receiver(arms, redis, keys, clock, metrics, spool)
+    receiver = Receiver(arms, redis, keys, clock, metrics, spool, Replicas.of(settings))
     # Credentials are checked over the bytes on the wire: never let aiohttp inflate a Content-Encoding.
     app = web.Application(handler_args={"auto_decompress": False})
     app[RECEIVER] = receiver

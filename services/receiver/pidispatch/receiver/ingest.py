@@ -11,6 +11,7 @@ from pidispatch.common.dedup import remembered
 from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, ROUTER_GROUP, Keys
 from pidispatch.common.models import RECEIVED_AT, RECEIVED_AT_ISO
 from pidispatch.common.redis import Redis
+from pidispatch.common.replication import Replicas, ReplicaShortfall
 from pidispatch.common.runtime import iso_ms
 from pidispatch.common.scripts import INGEST
 from pidispatch.common.streams import ensure_group
@@ -25,10 +26,18 @@ _RECEIVED_AT, _RECEIVED_AT_ISO = RECEIVED_AT.encode(), RECEIVED_AT_ISO.encode()
 class Ingest:
     """Each append is one EVALSHA; a Redis that lost its script cache gets the source once by EVAL."""
 
-    __slots__ = ("_deadlines", "_deliveries", "_events", "_grouped", "_keys", "_redis")
+    __slots__ = ("_deadlines", "_deliveries", "_events", "_grouped", "_keys", "_redis", "_replicas")
 
-    def __init__(self, redis: Redis, keys: Keys, timeout_s: float = REDIS_OP_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        timeout_s: float = REDIS_OP_TIMEOUT_S,
+        replicas: Replicas | None = None,
+    ) -> None:
         self._redis = redis
+        # PD_REPLICA_ACKS: an append counts once that many replicas hold it (else ReplicaShortfall).
+        self._replicas = replicas if replicas is not None and replicas.acks else None
         self._keys = keys
         self._events = keys.events
         self._deliveries = keys.deliveries
@@ -37,11 +46,19 @@ class Ingest:
         # protects the entries) before any router ran.
         self._grouped = False
 
-    async def append(self, forge: str, event: str, delivery: str, received_at: int, body: bytes) -> bool:
+    @property
+    def waits_for_replicas(self) -> bool:
+        return self._replicas is not None
+
+    async def append(
+        self, forge: str, event: str, delivery: str, received_at: int, body: bytes, *, held: bool = True
+    ) -> bool:
         """True when appended, False when this delivery was seen before.
 
         Raises ``RedisError`` or ``TimeoutError`` (also when Redis takes longer than the bound, e.g. a
-        frozen server): the caller answers 503 and the forge may redeliver.
+        frozen server): the caller answers 503 and the forge may redeliver. ``ReplicaShortfall`` (a
+        ``RedisError``) when the primary took it and too few replicas held it in time; ``held=False``
+        waits for none (the spool's drain confirms a whole batch at once with ``confirm``).
         """
         # The fields of pidispatch.common.models.Event, built flat so a request allocates no Event;
         # the body goes as the received bytes, verbatim.
@@ -60,8 +77,22 @@ class Ingest:
             if not self._grouped:
                 await ensure_group(self._redis, self._events, ROUTER_GROUP)
                 self._grouped = True
-            entry_id = await INGEST(self._redis, keys, args)
+            if self._replicas is None or not held:
+                entry_id = await INGEST(self._redis, keys, args)
+            else:
+                entry_id = await INGEST.held(self._redis, self._replicas, keys, args)
         return entry_id is not None
+
+    async def confirm(self) -> bool:
+        """True once the replicas hold everything appended before this call: a probe written after it and
+        ``WAIT``ed on (the primary replicates in order)."""
+        assert self._replicas is not None
+        with self._deadlines():
+            try:
+                await self._replicas.written(self._redis, ("INCR", self._keys.replica_probe))
+            except ReplicaShortfall:
+                return False
+        return True
 
     async def count_ignored(self, forge: str, event: str) -> None:
         """One more delivery of ``event`` answered 204 (stored nowhere else), so "did the push arrive?" has an

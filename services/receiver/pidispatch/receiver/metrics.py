@@ -126,6 +126,14 @@ class Metrics:
         )
         # Registered last, as before the split: the order of the /metrics body follows registration.
         self._spool = SpoolSeries(self.registry)
+        replica_short = Counter(
+            "pd_receiver_replica_shortfall",
+            "Appends the primary took but too few replicas held within PD_REPLICA_ACK_TIMEOUT_MS: also "
+            "spooled, answered 202 spooled.",
+            ("forge",),
+            registry=self.registry,
+        )
+        self._replica_short = {forge: replica_short.labels(forge) for forge in forges}
         self._previous = {forge: previous.labels(forge) for forge in forges}
         self._verify = {forge: verify.labels(forge) for forge in forges}
         self._append_failures = {forge: append_failures.labels(forge) for forge in forges}
@@ -153,6 +161,9 @@ class Metrics:
 
     def append_time(self, seconds: float) -> None:
         self._append.observe(seconds)
+
+    def replica_shortfall(self, forge: str) -> None:
+        self._replica_short[forge].inc()
 
     def append_failed(self, forge: str) -> None:
         self._append_failures[forge].inc()

@@ -11,7 +11,7 @@ from aiohttp import web
 from pidispatch.common.errors import InfraError
 from pidispatch.common.keys import RECEIVER_HEADER_TIMEOUT_S, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.redis import check_redis_auth, create_redis
+from pidispatch.common.redis import check_redis_auth, redis_for
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings
 from pidispatch.forges.armconfig import ReceiverConfig
@@ -37,7 +37,7 @@ async def serve(settings: Settings, config: ReceiverConfig, spool_config: SpoolC
     log = get_logger()
     stop = stop_on_signals()
     spool = await asyncio.to_thread(Spool.open, Path(spool_config.directory), spool_config.max_bytes)
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     try:
         await check_redis_auth(redis, settings.redis_url)
         app = create_app(settings, redis, Keys(settings.key_prefix), now_ms, config, spool)

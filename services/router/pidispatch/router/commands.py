@@ -16,7 +16,7 @@ from pidispatch.common.log import configure_logging
 from pidispatch.common.monitor import monitoring, service_registry
 from pidispatch.common.redis import (
     check_redis_auth,
-    create_redis,
+    redis_for,
 )
 from pidispatch.common.runtime import now_ms, stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
@@ -79,7 +79,7 @@ async def _route(
     """Connect, resolve the harness's identity on each forge, then route until SIGTERM/SIGINT."""
     stop = stop_on_signals()
     http = create_http()
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     try:
         await check_redis_auth(redis, settings.redis_url)
         sources = token_sources(forges, http)

@@ -41,7 +41,7 @@ async def worker_main() -> int:
     from pidispatch.common.keys import Keys
     from pidispatch.common.log import configure_logging
     from pidispatch.common.monitor import monitoring, service_registry
-    from pidispatch.common.redis import check_redis_auth, create_redis
+    from pidispatch.common.redis import check_redis_auth, redis_for
     from pidispatch.common.runtime import now_ms, stop_on_signals
     from pidispatch.common.settings import load_settings
     from pidispatch.worker.metrics import WorkerMetrics
@@ -51,7 +51,7 @@ async def worker_main() -> int:
     settings = load_settings()
     configure_logging("worker", settings.log_level)
     stop = stop_on_signals()
-    redis = create_redis(settings.redis_url, settings.redis_password)
+    redis = redis_for(settings)
     docker = create_docker()
     try:
         # Before anything logs or claims under the name: {replica} needs this container's compose label.

@@ -11,8 +11,10 @@ from redis.exceptions import RedisError
 
 from pidispatch.common.health import Health
 from pidispatch.common.keys import JOB_STATE_TTL_S, Keys
+from pidispatch.common.log import get_logger
 from pidispatch.common.models import Fields
 from pidispatch.common.redis import Redis
+from pidispatch.common.replication import Replicas, ReplicaShortfall
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import wire
@@ -61,6 +63,8 @@ class WorkerContext:
     egress: EgressProxy | None = None
     # This deployment's id (common.instance), read at start: every container and network carries it.
     instance: str = ""
+    # PD_REPLICA_ACKS: the replicas that must hold a job's launching mark before its container starts.
+    replicas: Replicas = field(default_factory=Replicas)
 
     @property
     def host(self) -> str:
@@ -89,5 +93,26 @@ async def set_state(ctx: WorkerContext, job_id: str, **fields: str) -> None:
             pipe.expire(key, JOB_STATE_TTL_S)
             await pipe.execute()
         ctx.redis_health.ok()
+    except RedisError as exc:
+        ctx.redis_health.failed(reason=type(exc).__name__)
+
+
+async def mark_launching(ctx: WorkerContext, job_id: str) -> None:
+    """``state=launching`` just before the container starts, held by the replicas first: a failover that
+    lost it (and this worker's hold on the entry with it) would let the job be read and run again.
+
+    Best effort like ``set_state``; past ``PD_REPLICA_ACK_TIMEOUT_MS`` the start goes ahead with a warning
+    (the primary holds it; with no replica up to date there is nothing a failover could promote).
+    """
+    key = ctx.keys.job(job_id)
+    try:
+        await ctx.replicas.written(
+            ctx.redis, ("HSET", key, "state", "launching"), ("EXPIRE", key, JOB_STATE_TTL_S)
+        )
+        ctx.redis_health.ok()
+    except ReplicaShortfall as short:
+        ctx.redis_health.ok()
+        ctx.metrics.replica_shortfall()
+        get_logger().warning("replica_ack_short", job=job_id, held=short.held, wanted=short.wanted)
     except RedisError as exc:
         ctx.redis_health.failed(reason=type(exc).__name__)

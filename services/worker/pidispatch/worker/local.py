@@ -22,16 +22,17 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import TYPE_CHECKING
 
+from redis.exceptions import AuthenticationError, RedisError
+
 from pidispatch.common.configsyntax import image_ref_ok, parse_job_user
 from pidispatch.common.dedup import remembered
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, REDIS_OP_TIMEOUT_S, Keys
 from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
 from pidispatch.common.outcome import InfraFault, JobRefusal
-from pidispatch.common.redis import auth_refused, bounded, create_redis
+from pidispatch.common.redis import auth_refused, bounded, redis_for, redis_where
 from pidispatch.common.runtime import EpochMsClock, now_ms
 from pidispatch.common.scripts import ENQUEUE
-from pidispatch.common.secret import Secret
 from pidispatch.common.settings import PROVIDER_RE, Settings, load_settings
 from pidispatch.worker.forgework.git import (
     GIT_TIMEOUT,
@@ -133,6 +134,13 @@ def local_job_id(
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     minute = datetime.fromtimestamp(now_ms // 1000, UTC).strftime(_MINUTE_FORMAT)
     return f"local-{digest}-{minute}"
+
+
+def follow_hint(job_id: str) -> str:
+    """Pure: how to follow a job once it is queued. ``run`` returns at once and a worker runs the job, so
+    without this line the operator is left to guess which verb shows it."""
+    return (f"follow it: pi-dispatch status (queued and running), then pi-dispatch runs (its record once "
+            f"it ends); stop it: pi-dispatch cancel {job_id}")
 
 
 def queued_minute(job_id: str) -> str:
@@ -289,43 +297,39 @@ async def run_main(args: argparse.Namespace, clock: EpochMsClock) -> int:
     keys = Keys(settings.key_prefix)
     stream = keys.host_jobs(settings.worker_name) if settings.worker_name_declared else keys.jobs
     job = build_local_job(args, path, facts.basename, clock())
-    password = settings.redis_password
-    status, job_id, state = await enqueue_local(settings.redis_url, password, keys, stream, job)
+    status, job_id, state = await enqueue_local(settings, keys, stream, job)
     if status == "queued":
         if args.json:
             print(json.dumps({"status": "queued", "jobId": job_id, "folder": facts.basename,
                               "stream": stream}))
         else:
             print(f"queued {job_id} for folder {facts.basename}")
+            print(follow_hint(job_id))
         return 0
     at = queued_minute(job_id)
     if args.json:
         print(json.dumps({"status": "duplicate", "jobId": job_id, "state": state, "queuedAt": at}))
     else:
         print(f"an identical run was queued at {at} as {job_id} ({state}); nothing new was queued.")
+        print(follow_hint(job_id))
     return 0
 
 
-async def enqueue_local(
-    url: str, password: Secret[str] | None, keys: Keys, stream: str, job: Job
-) -> tuple[str, str, str]:
+async def enqueue_local(settings: Settings, keys: Keys, stream: str, job: Job) -> tuple[str, str, str]:
     """Queue ``job`` once through the ENQUEUE script; returns (``queued``|``duplicate``, job id, state).
 
-    Raises ``InfraError`` naming ``REDIS_URL`` when Redis does not answer. The script is atomic and the id
-    exact, so a retry of the same command within the minute can never queue the run twice.
+    Raises ``InfraError`` naming where Redis was looked for when it does not answer. The script is atomic
+    and the id exact, so a retry of the same command within the minute can never queue the run twice.
     """
-    from redis.exceptions import AuthenticationError, RedisError
-
-
-    redis = create_redis(url, password)
+    redis = redis_for(settings)
     try:
         return await bounded(enqueue_once(redis, keys, stream, job), 2 * REDIS_OP_TIMEOUT_S)
     except AuthenticationError:
-        raise auth_refused(url) from None
+        raise auth_refused(settings.redis_url) from None
     except (RedisError, OSError, TimeoutError) as exc:
         raise InfraError(
-            f"Redis at REDIS_URL did not answer ({type(exc).__name__}); check that Redis is running "
-            "and REDIS_URL points at it"
+            f"Redis at {redis_where(settings)} did not answer ({type(exc).__name__}); check that Redis "
+            "is running there"
         ) from None
     finally:
         await redis.aclose()

@@ -68,6 +68,10 @@ class WorkerMetrics:
             "pd_worker_egress_denied", "Requests of this worker's jobs the egress proxy refused (a host "
             "not on the allowlist), counted when each job's network is removed.", registry=registry,
         )
+        self._replica_short = Counter(
+            "pd_worker_replica_shortfall", "Container starts whose launching mark fewer than PD_REPLICA_ACKS "
+            "replicas held in time: a failover then could run the job again.", registry=registry,
+        )
         self._jobs.labels("completed", "")  # what a dashboard divides by exists from the start
 
     def recorded(self, done: AttemptOutcome, seconds: float) -> None:
@@ -100,6 +104,9 @@ class WorkerMetrics:
 
     def reattached(self) -> None:
         self._reattaches.inc()
+
+    def replica_shortfall(self) -> None:
+        self._replica_short.inc()
 
     def egress_denied(self, requests: int) -> None:
         self._egress_denied.inc(requests)

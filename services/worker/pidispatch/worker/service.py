@@ -28,6 +28,7 @@ from pidispatch.common.models import Fields
 from pidispatch.common.outcome import InfraFault
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import IMAGE_MISSING, IMAGE_PRESENT, capability_tokens
+from pidispatch.common.replication import Replicas
 from pidispatch.common.runtime import EpochMsClock, stopped, unless_stopped
 from pidispatch.common.settings import Settings
 from pidispatch.common.streams import Entry, ensure_group, read_group
@@ -82,6 +83,7 @@ class Worker:
             hook=FailureHook(settings.on_failure, settings.on_failure_timeout_ms, env)
             if settings.on_failure else None,
             wait_gate=WaitGate(settings.wait, redis, keys, clock, env),
+            replicas=Replicas.of(settings),
         )
         if metrics is not None:
             self.ctx.metrics = metrics
