@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -61,3 +62,15 @@ async def docker(require_docker: None, worker_name: str) -> AsyncIterator[aiodoc
             with contextlib.suppress(aiodocker.DockerError):
                 await (await client.networks.get(net["Id"])).delete()
         await client.close()
+
+
+@pytest.fixture(scope="module")
+def demo_image(docker_available: bool) -> str:
+    """The demo agent image dev runs by default, built once per module."""
+    if not docker_available:
+        pytest.skip("no Docker daemon reachable")
+    from pidispatch.dev.demoimage import DEMO_AGENT_SCRIPT, build_image
+    from pidispatch.dev.stack import DEMO_IMAGE
+
+    asyncio.run(build_image(DEMO_IMAGE, DEMO_AGENT_SCRIPT))
+    return DEMO_IMAGE

@@ -4,12 +4,10 @@ run as printed in a clean shell, the CLI verbs in the folder find the running de
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,73 +15,8 @@ from pathlib import Path
 import pytest
 
 from pidispatch.common.embedded import free_port
+from tests.support.dev import BANNER_END, CLEAN, CLI, Dev, alive
 from tests.support.polling import wait_for
-
-CLI = str(Path(sys.executable).with_name("pi-dispatch"))
-BANNER_END = " status\n"
-CLEAN = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/bin:/bin"}
-
-
-@pytest.fixture(scope="module")
-def demo_image(docker_available: bool) -> str:
-    if not docker_available:
-        pytest.skip("no Docker daemon reachable")
-    from pidispatch.dev.demoimage import DEMO_AGENT_SCRIPT, build_image
-    from pidispatch.dev.stack import DEMO_IMAGE
-
-    asyncio.run(build_image(DEMO_IMAGE, DEMO_AGENT_SCRIPT))
-    return DEMO_IMAGE
-
-
-class Dev:
-    """``pi-dispatch dev`` started from a clean environment in ``folder``; output kept in files."""
-
-    def __init__(self, folder: Path, env: dict[str, str]) -> None:
-        self.folder, self.out, self.err = folder, folder / "dev.out", folder / "dev.err"
-        with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen([CLI, "dev"], cwd=folder, env={**CLEAN, **env}, stdout=out,
-                                         stderr=err, start_new_session=True)
-
-    def text(self) -> str:
-        return self.out.read_text(errors="replace")
-
-    def children(self) -> set[int]:
-        """Every process descended from dev, now."""
-        parents: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    stat = (entry / "stat").read_text()
-                except OSError:
-                    continue
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        found, frontier = set(), {self.proc.pid}
-        while frontier:
-            frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-            found |= frontier
-        return found
-
-    def stop(self) -> None:
-        """Ctrl-C, as an operator stops it; its services run in sessions of their own, so a dev that
-        does not stop in time has every descendant killed by pid, never left behind."""
-        if self.proc.poll() is not None:
-            return
-        descendants = self.children()
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            for pid in (self.proc.pid, *descendants):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            self.proc.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -144,7 +77,7 @@ async def test_ctrl_c_stops_dev_within_five_seconds_with_no_child_left(started: 
     took = time.monotonic() - sent
     assert took < 5.0, f"dev took {took:.1f}s to stop"
     assert code == 0
-    assert [pid for pid in children if _alive(pid)] == []
+    assert [pid for pid in children if alive(pid)] == []
     assert not (tmp_path / ".pi-dispatch" / "dev.json").exists()
 
 
@@ -172,5 +105,5 @@ async def test_ctrl_c_during_the_start_stops_dev_too(started: Dev, tmp_path: Pat
     children = started.children()
     code = await asyncio.to_thread(started.proc.wait, 10)
     assert time.monotonic() - sent < 5.0 and code == 0
-    assert [pid for pid in children if _alive(pid)] == []
+    assert [pid for pid in children if alive(pid)] == []
     assert "pi-dispatch dev is running" not in started.text()

@@ -70,7 +70,8 @@ class _Docker:
 
 
 async def test_a_demo_image_without_the_any_uid_capability_is_rebuilt() -> None:
-    from pidispatch.dev.stack import DEMO_CAPABILITIES_LABEL, _demo_image_current
+    from pidispatch.dev.imagechoice import DEMO_CAPABILITIES_LABEL
+    from pidispatch.dev.imagechoice import demo_image_current as _demo_image_current
 
     assert await _demo_image_current(_Docker({DEMO_CAPABILITIES_LABEL: "replicas, anyUid"}))
     assert not await _demo_image_current(_Docker({}))  # built by an older version: every job refused

@@ -20,11 +20,14 @@ from pidispatch.common.redis import redis_location
 
 STATE_DIR = ".pi-dispatch"
 STATE_FILE = "dev.json"
-# What a verb needs to see dev's deployment: its Redis, its rules, its run records, its key prefix.
-SHARED = ("REDIS_URL", "PI_LOGS_DIR", "PI_TRIGGERS_FILE", "PD_KEY_PREFIX")
-# Credentials dev made itself (its webhook secret, its stand-in forge's token), so `doctor` in the folder
-# checks what dev runs. Written only when dev made them, never an operator's own; never printed.
-DEV_OWNED = ("WEBHOOK_SECRET", "GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_API_URL")
+# What a verb needs to see dev's deployment: its Redis, its rules, its run records, its key prefix, and
+# what its jobs run in and talk to (so `doctor` in the folder judges the job image and model dev uses).
+SHARED = ("REDIS_URL", "PI_LOGS_DIR", "PI_TRIGGERS_FILE", "PD_KEY_PREFIX", "PI_JOB_IMAGE", "PI_EGRESS",
+          "PI_PROVIDER", "PI_MODEL", "PI_MODEL_BASE_URL")
+# Credentials dev made itself (its webhook secret, its stand-in forge's token, its stand-in model's key),
+# so `doctor` in the folder checks what dev runs. Written only when dev made them, never an operator's own;
+# never printed.
+DEV_OWNED = ("WEBHOOK_SECRET", "GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_API_URL", "GROQ_API_KEY")
 # A Redis named by either variable is the operator's explicit choice.
 REDIS_VARS = ("REDIS_URL", "VALKEY_URL")
 

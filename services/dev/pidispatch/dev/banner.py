@@ -59,6 +59,8 @@ def print_banner(
     cli = cli_path()
     # Its own folder named, so the command works from any directory of another terminal.
     fresh = f"{cli} demo-curl --dir {shlex.quote(str(state))}"
+    if env.get("RECEIVER_PORT"):  # another terminal has not set it: the command carries it
+        fresh = f"RECEIVER_PORT={shlex.quote(env['RECEIVER_PORT'])} {fresh}"
     try:
         redis_cli = find_redis_cli()
     except InfraError:  # REDIS_URL names the operator's Redis and this machine has no redis-server

@@ -96,7 +96,13 @@ class ModelStandIn:
     seen: list[Seen] = field(default_factory=list)
     # Set by a test to hold the final answer until it has looked at the job mid-run.
     hold_final: asyncio.Event | None = None
+    probes: int = 0  # GET /v1/models answered
     _runner: web.AppRunner | None = None
+
+    @property
+    def key_var(self) -> str:
+        """The variable pi reads this stand-in's key from (its provider's)."""
+        return STANDIN_KEY_VAR
 
     @property
     def base_url(self) -> str:
@@ -105,6 +111,7 @@ class ModelStandIn:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -117,6 +124,12 @@ class ModelStandIn:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """The model list, with no key needed: what a reachability probe fetches (counted in ``probes``,
+        so the caller knows this stand-in answered, not something else at the address)."""
+        self.probes += 1
+        return web.json_response({"object": "list", "data": [{"id": STANDIN_MODEL, "object": "model"}]})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         given = request.headers.get("Authorization", "")
@@ -175,12 +188,25 @@ def gateway_of(info: Mapping[str, Any]) -> str | None:
     """Pure: the bridge's gateway from ``GET /networks/bridge``: its IPAM ``Gateway``, else (a daemon that
     leaves it out, as Debian's 20.10 does) the first host of its IPv4 ``Subnet``, which is the address
     Docker gives the bridge interface by default."""
-    configs = [c for c in (info.get("IPAM") or {}).get("Config") or () if isinstance(c, dict)]
-    for config in configs:
+    return ipam_gateway(info) or subnet_first_host(info)
+
+
+def _ipam_configs(info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in (info.get("IPAM") or {}).get("Config") or () if isinstance(c, dict)]
+
+
+def ipam_gateway(info: Mapping[str, Any]) -> str | None:
+    """Pure: the IPv4 ``Gateway`` the daemon reports for the network, if it reports one."""
+    for config in _ipam_configs(info):
         gateway = config.get("Gateway")
         if isinstance(gateway, str) and gateway.count(".") == 3:
             return gateway
-    for config in configs:
+    return None
+
+
+def subnet_first_host(info: Mapping[str, Any]) -> str | None:
+    """Pure: the first host of the network's IPv4 ``Subnet`` (Docker's default address for the bridge)."""
+    for config in _ipam_configs(info):
         try:
             subnet = ipaddress.ip_network(str(config.get("Subnet")), strict=False)
         except ValueError:

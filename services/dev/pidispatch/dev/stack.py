@@ -3,7 +3,11 @@
 Starts a private redis-server (unless ``REDIS_URL`` is set), writes a sample triggers file and a webhook
 secret under ``./.pi-dispatch/`` on first run, starts receiver, router and one worker as child processes
 (``python -m pidispatch.<service>``), prints the webhook URL and a signed ``curl``, and stops everything
-on Ctrl-C.
+on Ctrl-C (or SIGTERM, or SIGHUP when its terminal closes).
+
+Its seams: ``processes`` (children that die with dev, ``dev.pids``, orphans of an earlier dev), ``ports``,
+``imagechoice`` (which image jobs run in), ``modelpath`` (the stand-in model, proven reachable from a job
+container) and ``jobstop`` (running jobs cancelled and recorded before the worker stops).
 """
 
 from __future__ import annotations
@@ -14,36 +18,35 @@ import contextlib
 import json
 import os
 import secrets
-import signal
-import socket
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pidispatch.common import devstate
-from pidispatch.common.embedded import find_redis_server, free_port, redis_server_argv
+from pidispatch.common.embedded import find_redis_server, redis_server_argv
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS
 from pidispatch.common.errors import ConfigError, InfraError
 from pidispatch.common.instance import LABEL_INSTANCE, instance_id
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import redis_for
-from pidispatch.common.runtime import stop_on_signals
 from pidispatch.common.settings import Settings, load_settings
+from pidispatch.dev import imagechoice, ports, processes
 from pidispatch.dev.banner import DEFAULT_IMAGE, print_banner, webhook_url
 from pidispatch.dev.forgestandin import DEMO_LABEL
+from pidispatch.dev.imagechoice import DEMO_IMAGE
+from pidispatch.dev.processes import PidFile
 from pidispatch.forges.github import FORGE as DEMO_FORGE
 
 if TYPE_CHECKING:
     from pidispatch.dev.forgestandin import DemoForge
     from pidispatch.dev.modelstandin import ModelStandIn
 
+__all__ = ["DEMO_IMAGE", "DEMO_LABEL", "SAMPLE_TRIGGERS", "demo_curl", "register"]
+
 SERVICES = ("receiver", "router", "worker")
-DEMO_IMAGE = "pi-dispatch-demo:latest"
-# The image label the worker's preflight reads (pidispatch.dev.demoimage.CAPABILITIES_LABEL).
-DEMO_CAPABILITIES_LABEL = "dev.pi-dispatch.capabilities"
 STOP_BUDGET_S = 5.0
 
 SAMPLE_TRIGGERS = {
@@ -95,10 +98,13 @@ class _Stack:
     """What a dev run has started so far: the stop path cleans up whatever is here, at any point."""
 
     env: dict[str, str]
+    pids: PidFile
     redis_proc: asyncio.subprocess.Process | None = None
     children: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+    group: list[int] = field(default_factory=list)  # the children's process group, once the first started
     forge: DemoForge | None = None
     model: ModelStandIn | None = None
+    settings: Settings | None = None
     own: set[str] = field(default_factory=set)  # credentials dev made itself (devstate.DEV_OWNED)
     # The deployment's id in dev's Redis: what dev's worker labels its containers and networks with, and
     # all that the stop path removes (never another stack's of the same host name).
@@ -107,9 +113,14 @@ class _Stack:
 
 async def dev(args: argparse.Namespace) -> int:
     state = await asyncio.to_thread(Path(args.dir).resolve)
-    stop = stop_on_signals()
-    stack = _Stack(env=dict(os.environ))
+    await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
+    processes.refuse_live_dev_state(state)
+    pids = PidFile(state)
+    earlier = pids.acquire()  # refuses when a dev runs here now
+    stop, hurry = processes.stop_on_signals()
+    stack = _Stack(env=dict(os.environ), pids=pids)
     try:
+        await processes.stop_orphans(earlier)
         # Ctrl-C during the start (a demo image build, say) cancels it rather than waiting for it.
         starting = asyncio.ensure_future(_start(stack, state, stop))
         stopper = asyncio.ensure_future(stop.wait())
@@ -128,23 +139,34 @@ async def dev(args: argparse.Namespace) -> int:
                      model_standin=stack.model is not None)
         return await _supervise(stack.children, stop)
     finally:
-        await asyncio.to_thread(devstate.remove_state, state, os.getpid())
-        await _stop_children(stack.children)
-        if stack.instance is not None:
-            await _sweep_containers(stack.env, stack.instance)
-        if stack.forge is not None:
-            await stack.forge.close()
-        if stack.model is not None:
-            await stack.model.close()
-        if stack.redis_proc is not None:
-            await _stop_process(stack.redis_proc, 3.0)
+        await _stop(stack, state, hurry)
+        pids.release()
+
+
+async def _stop(stack: _Stack, state: Path, hurry: asyncio.Event) -> None:
+    """Stop whatever ``stack`` holds: running jobs cancelled and recorded first (while the worker, Redis
+    and the stand-ins still run), then the services, Redis last, then what dev's worker left in Docker."""
+    worker = stack.children.get("worker")
+    if stack.settings is not None and worker is not None and worker.returncode is None:
+        from pidispatch.dev import jobstop  # the worker's job states: loaded by dev alone, not every verb
+
+        await jobstop.cancel_running(stack.settings, hurry)
+    await asyncio.to_thread(devstate.remove_state, state, os.getpid())
+    await asyncio.gather(*(processes.stop_process(p, STOP_BUDGET_S - 0.5) for p in stack.children.values()))
+    if stack.instance is not None:
+        await _sweep_containers(stack.env, stack.instance)
+    if stack.forge is not None:
+        await stack.forge.close()
+    if stack.model is not None:
+        await stack.model.close()
+    if stack.redis_proc is not None:
+        await processes.stop_process(stack.redis_proc, 3.0)
 
 
 async def _start(stack: _Stack, state: Path, stop: asyncio.Event) -> Settings | None:
     """Start everything into ``stack``; the settings once the receiver answers, None if it did not."""
     from pidispatch.dev import forgestandin as standin  # only the demo commands need aiohttp's server
 
-    await asyncio.to_thread(state.mkdir, mode=0o700, parents=True, exist_ok=True)
     env = stack.env
     if not env.get("REDIS_URL") and not env.get("VALKEY_URL"):
         env["REDIS_URL"] = await _start_redis(state / "redis", stack)
@@ -159,53 +181,37 @@ async def _start(stack: _Stack, state: Path, stop: asyncio.Event) -> Settings | 
         env.update(forge_env)
         stack.own.update(forge_env)
     settings = load_settings(env)  # validates everything before any child starts
+    metrics = ports.metrics_ports(env)
     stack.instance = await _instance_of(settings)
-    _require_free_port(settings.receiver_bind, settings.receiver_port)
-    env["PI_JOB_IMAGE"] = await _job_image(env, settings.job_image)
+    ports.require_free_port(settings.receiver_bind, settings.receiver_port)
+    env["PI_JOB_IMAGE"] = await imagechoice.job_image(env, settings.job_image)
     if env["PI_JOB_IMAGE"] == DEFAULT_IMAGE:
-        stack.model = await _model_standin(env)
-    if settings.egress.enabled and not await _has_image(settings.egress.image):
+        stack.model = await _model_standin(env, settings.worker_name, stack.instance)
+        if stack.model is not None:
+            stack.own.add(stack.model.key_var)
+    if settings.egress.enabled and not await imagechoice.has_image(settings.egress.image):
         # The first run must work without the proxy image (a minute of Debian packages to build); the
         # banner says the filter is off and how to turn it on.
         env["PI_EGRESS"] = "0"
+    if metrics:
+        print(f"pi-dispatch dev: metrics: the router on port {metrics['router']['PD_METRICS_PORT']}, the "
+              f"worker on port {metrics['worker']['PD_METRICS_PORT']} (PD_METRICS_PORT and the next port)")
+    stack.settings = settings
     for name in SERVICES:
-        stack.children[name] = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", f"pidispatch.{name}", env=env, start_new_session=True
+        stack.children[name] = await processes.spawn(
+            name, [sys.executable, "-m", f"pidispatch.{name}"], {**env, **metrics.get(name, {})}, stack.pids,
+            stack.group,
         )
     return settings if await _wait_healthy(settings.receiver_port, stack.children, stop) else None
 
 
-async def _model_standin(env: dict[str, str]) -> ModelStandIn | None:
-    """The real agent image runs against the stand-in model unless the operator configured a provider (a
-    key for ``PI_PROVIDER``, or ``PI_MODEL_BASE_URL``): the demo then costs nothing and needs no account."""
-    import aiodocker
+async def _model_standin(env: dict[str, str], host: str, instance: str | None) -> ModelStandIn | None:
+    # Only dev serves a model: aiohttp's server stays unloaded for every other verb.
+    from pidispatch.dev import modelpath
+    from pidispatch.worker.engine.container import LABEL_HOST
 
-    from pidispatch.common.envnames import PROVIDER_KEY_VARS
-    from pidispatch.dev.modelstandin import (  # only dev serves a model: aiohttp's server stays unloaded
-        STANDIN_KEY_VAR,
-        STANDIN_MODEL,
-        STANDIN_PROVIDER,
-        ModelStandIn,
-        bridge_gateway,
-    )
-
-    provider = (env.get("PI_PROVIDER") or "anthropic").lower()
-    if env.get("PI_MODEL_BASE_URL") or any(env.get(v) for v in PROVIDER_KEY_VARS.get(provider, ())):
-        return None
-    docker = aiodocker.Docker()
-    try:
-        gateway = await bridge_gateway(docker)
-    finally:
-        await docker.close()
-    if gateway is None:
-        print("pi-dispatch dev: Docker's bridge has no gateway address; jobs run with no model configured")
-        return None
-    key = secrets.token_urlsafe(24)
-    model = ModelStandIn(key, host=gateway)
-    await model.start()
-    env.update({"PI_PROVIDER": STANDIN_PROVIDER, "PI_MODEL": STANDIN_MODEL, STANDIN_KEY_VAR: key,
-                "PI_MODEL_BASE_URL": model.base_url})
-    return model
+    labels = {LABEL_HOST: host, **({LABEL_INSTANCE: instance} if instance is not None else {})}
+    return await modelpath.model_standin(env, labels)
 
 
 def _prepare_env(state: Path, env: dict[str, str]) -> dict[str, str]:
@@ -238,11 +244,13 @@ async def _supervise(children: dict[str, asyncio.subprocess.Process], stop: asyn
 
 
 async def _start_redis(data_dir: Path, stack: _Stack) -> str:
+    """dev's private Redis, on the port the last dev here used when it is free (printed ``redis-cli``
+    lines and a running ``web`` stay valid across a restart)."""
     await asyncio.to_thread(data_dir.mkdir, mode=0o700, parents=True, exist_ok=True)
-    port = free_port()
+    port = await asyncio.to_thread(ports.redis_port, data_dir)
     argv = redis_server_argv(find_redis_server(), port, data_dir, persist=True)
-    proc = stack.redis_proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True
+    proc = stack.redis_proc = await processes.spawn(
+        "redis-server", argv, stack.env, stack.pids, stack.group, quiet=True
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -275,106 +283,6 @@ def _sample_triggers(path: Path) -> Path:
     return path
 
 
-async def _has_image(image: str) -> bool:
-    """``image`` is on the daemon (False when no daemon answers: jobs wait for one anyway)."""
-    import aiodocker
-
-    try:
-        docker = aiodocker.Docker()
-    except Exception:
-        return False
-    try:
-        return await asyncio.wait_for(_image_exists(docker, image), 5)
-    except Exception:
-        return False
-    finally:
-        await docker.close()
-
-
-async def _job_image(env: dict[str, str], image: str) -> str:
-    """The image jobs run in. With nothing configured and ``pi-job:latest`` absent, use (and if needed
-    build) a tiny demo image from this machine's own binaries, so the first run needs no registry.
-    """
-    import aiodocker
-
-    try:
-        docker = aiodocker.Docker()
-    except Exception:
-        print("pi-dispatch dev: no Docker daemon reachable; events are accepted and routed, and jobs wait "
-              "in their stream until a daemon appears")
-        return image
-    try:
-        try:
-            await asyncio.wait_for(docker.version(), 3)
-        except Exception:
-            print("pi-dispatch dev: no Docker daemon reachable; events are accepted and routed, and jobs "
-                  "wait in their stream until a daemon appears")
-            return image
-        if await _image_exists(docker, image):
-            return image
-        if env.get("PI_JOB_IMAGE"):
-            print(f"pi-dispatch dev: job image {image} is missing; jobs will be refused (job-image-missing). "
-                  f"Build it, or run `pi-dispatch demo-image --tag {image}` for a demo image (no registry)")
-            return image
-        if not await _demo_image_current(docker):
-            print(f"pi-dispatch dev: {DEFAULT_IMAGE} is missing; building the demo image {DEMO_IMAGE} "
-                  "from this machine's busybox (no registry needed)")
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "pidispatch.common.cli", "demo-image", "--tag", DEMO_IMAGE, env=env
-            )
-            try:
-                built = await proc.wait()
-            except asyncio.CancelledError:  # Ctrl-C: the build must not outlive dev
-                proc.kill()
-                raise
-            if built != 0:
-                print("pi-dispatch dev: building the demo image failed; jobs will be refused until "
-                      f"{DEFAULT_IMAGE} exists")
-                return image
-        return DEMO_IMAGE
-    finally:
-        await docker.close()
-
-
-async def _demo_image_current(docker: object) -> bool:
-    """The demo image exists and declares what the worker's preflight requires (one built by an older
-    version lacks the ``anyUid`` capability label and every job would be refused)."""
-    info = await _inspect(docker, DEMO_IMAGE)
-    labels = ((info or {}).get("Config") or {}).get("Labels") or {}
-    return "anyUid" in labels.get(DEMO_CAPABILITIES_LABEL, "").replace(" ", "").split(",")
-
-
-async def _image_exists(docker: object, ref: str) -> bool:
-    return await _inspect(docker, ref) is not None
-
-
-async def _inspect(docker: object, ref: str) -> dict[str, Any] | None:
-    """The image's inspect data, or None when the daemon has no such image."""
-    from aiodocker.exceptions import DockerError
-
-    try:
-        return await docker.images.inspect(ref)  # type: ignore[attr-defined,no-any-return]
-    except DockerError as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def _require_free_port(bind: str, port: int) -> None:
-    """Refuse a receiver port something else holds: a server there that never answers would otherwise
-    pass for a receiver that is slow to start."""
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the receiver binds
-        try:
-            probe.bind((bind, port))
-        except OSError:
-            raise ConfigError(
-                f"RECEIVER_PORT={port} is in use on {bind} by another process; accepted: a free port "
-                "(set RECEIVER_PORT, or stop what listens there)"
-            ) from None
-
-
 async def _wait_healthy(
     port: int, children: dict[str, asyncio.subprocess.Process], stop: asyncio.Event
 ) -> bool:
@@ -400,24 +308,6 @@ async def _wait_healthy(
     if not stop.is_set():
         print(f"pi-dispatch dev: the receiver did not answer on port {port}", file=sys.stderr)
     return False
-
-
-async def _stop_process(proc: asyncio.subprocess.Process, timeout: float) -> None:
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), timeout)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-
-
-async def _stop_children(children: dict[str, asyncio.subprocess.Process]) -> None:
-    # The worker first: it stops its containers and records them while Redis is still up.
-    await asyncio.gather(*(_stop_process(p, STOP_BUDGET_S - 0.5) for p in children.values()))
 
 
 async def _instance_of(settings: Settings) -> str | None:
