@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pidispatch.common.unsupported import HONOURED, UNSUPPORTED
 from pidispatch.triggers.loader import ENTRY_KEYS, FILE_KEYS, ON_KEYS, REFUSED_ON, REFUSED_ON_TYPES
-from pidispatch.triggers.runfields import REFUSED_RUN, RUN_KEYS, cron_run_keys
+from pidispatch.triggers.runfields import REFUSED_RUN, REFUSED_RUN_TRUE, RUN_KEYS, cron_run_keys
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 NAME = re.compile(r"`([^`]+)`")
@@ -72,6 +72,12 @@ def test_the_run_keys_are_the_loaders_for_every_webhook_type_with_the_refusal_re
     assert [key for key, _, _ in honoured] == list(RUN_KEYS)
     assert {key: why for key, _, why in refused} == REFUSED_RUN
     assert {types for _, types, _ in honoured + refused} == {WEBHOOK_TYPES}
+
+
+def test_the_run_switches_whose_true_is_refused_say_so_with_the_loaders_reasons() -> None:
+    notes = {key: why for key, _, why in _rows("run.", "honoured") if key in REFUSED_RUN_TRUE}
+    assert notes == {key: f"`false` or absent only: `true` is refused ({why})"
+                     for key, why in REFUSED_RUN_TRUE.items()}
 
 
 def test_the_cron_run_keys_are_the_loaders_in_order() -> None:

@@ -14,7 +14,7 @@ from pidispatch.common.errors import ConfigError
 from pidispatch.triggers.loader import Rules, parse_triggers
 from pidispatch.triggers.modelref import split_model_entry, usd_micros
 from pidispatch.triggers.rules import RunSpec
-from pidispatch.triggers.runfields import BACKENDS, REFUSED_RUN, RUN_KEYS, near_miss
+from pidispatch.triggers.runfields import BACKENDS, REFUSED_RUN, REFUSED_RUN_TRUE, RUN_KEYS, near_miss
 from pidispatch.triggers.waitfor import after_instant_ms
 
 AFTER = "2026-09-01T09:00:00Z"
@@ -62,6 +62,7 @@ def test_a_rule_with_every_field_set_loads_and_carries_each_into_run_spec() -> N
         "models": ["OpenAI/gpt-X", "anthropic/claude-sonnet"], "maxCostUsd": "0.50",
         "instructions": "Be brief.", "secrets": {"STRIPE_KEY": "op://vault/stripe"}, "secretsProfile": "prod",
         "repository": "widgets", "waitFor": [{"after": AFTER}, {"profile": "jira"}],
+        "packages": False, "resume": False,
     }
     assert spec(run, "azure") == RunSpec(
         flow="fix", image="ghcr.io/acme/agent:1", backend="local",
@@ -116,14 +117,33 @@ def test_unrelated_unknown_keys_are_refused(key: str) -> None:
     assert f"triggers[0].run.{key} is not a field; " in refusal(label({key: 1}))
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("packages", False), ("skillsDir", "/srv/skills"), ("resume", False),
-])
+@pytest.mark.parametrize(("key", "value"), [("skillsDir", "/srv/skills")])
 def test_each_run_field_no_worker_acts_on_is_refused_once_its_value_is_valid(key: str, value: Any) -> None:
     assert refusal(label({key: value})) == (
         f"PI_TRIGGERS_FILE triggers.json: triggers[0].run.{key} is not supported by pi-dispatch yet "
         f"({REFUSED_RUN[key]}); remove it"
     )
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED_RUN_TRUE))
+def test_a_switch_whose_false_changes_nothing_here_loads_false_and_leaves_no_trace(key: str) -> None:
+    # false is what every job here gets already: the job must not differ from one without the key.
+    assert spec({key: False}) == spec({})
+    assert parse(cron({key: False})).cron[0].run == parse(cron()).cron[0].run
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED_RUN_TRUE))
+def test_a_switch_whose_true_no_worker_acts_on_is_refused_naming_false_as_accepted(key: str) -> None:
+    assert refusal(label({key: True})) == (
+        f"PI_TRIGGERS_FILE triggers.json: triggers[0].run.{key} true is not supported by pi-dispatch yet "
+        f"({REFUSED_RUN_TRUE[key]}); accepted: false or absent"
+    )
+
+
+@pytest.mark.parametrize("value", ["", [], 0, None, "false"])
+def test_a_switch_that_is_not_a_boolean_is_malformed_not_a_no_op(value: Any) -> None:
+    # The original's own rule (strict boolean): an empty string or list is not false there either.
+    assert refusal(label({"packages": value})).endswith("triggers[0].run.packages must be true or false")
 
 
 # --- refusals: every run field ----------------------------------------------------------------------

@@ -511,13 +511,41 @@ def test_an_example_using_every_honoured_field_loads() -> None:
     assert used_run == set(RUN_KEYS)
 
 
-def test_an_example_with_fields_no_worker_acts_on_is_refused_naming_the_first() -> None:
+def test_an_example_with_fields_no_worker_acts_on_is_refused_naming_every_one_in_one_line() -> None:
     with pytest.raises(ConfigError) as err:
         load_triggers(str(EXAMPLES / "refused-fields.json"))
     assert str(err.value) == (
-        "PI_TRIGGERS_FILE refused-fields.json: triggers[0].run.skillsDir is not supported by pi-dispatch yet "
-        "(no worker mounts a skills folder into a job); remove it"
+        "PI_TRIGGERS_FILE refused-fields.json: 4 fields are not supported by pi-dispatch yet: "
+        "triggers[0].run.skillsDir (no worker mounts a skills folder into a job; remove it), "
+        "triggers[1].run.packages true (no worker stages packages into a job; accepted: false or absent), "
+        "triggers[2].run.resume true (no worker keeps an agent session to resume; accepted: false or "
+        "absent), triggers[3].run.portfolio true (no worker writes a budget plan for a scheduled job; "
+        "accepted: false or absent)"
     )
+
+
+def test_the_originals_example_file_loads_with_its_switches_false() -> None:
+    rules = load_triggers(str(EXAMPLES / "original-example.json"))
+    assert rules.count == 11 and [c.id for c in rules.cron] == ["nightly"]
+    run = rules.group("github").label[0].run
+    assert run.packages is None and run.flow == "frontend-fix"
+    assert rules.group("github").pull_request[1].run.resume is None
+
+
+def test_the_originals_example_with_what_it_can_ask_beyond_this_build_names_it_all_at_once() -> None:
+    data = json.loads((EXAMPLES / "original-example.json").read_text())
+    data["triggers"][0]["run"]["packages"] = True
+    data["triggers"][3]["run"]["resume"] = True
+    data["triggers"][7]["run"]["skillsDir"] = "/srv/skills"
+    with pytest.raises(ConfigError) as err:
+        parse_triggers(json.dumps(data))
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("PI_TRIGGERS_FILE triggers.json: 3 fields are not supported by pi-dispatch "
+                              "yet: ")
+    assert [part.split(" (", 1)[0] for part in message.split(": ", 2)[2].split("), ")] == [
+        "triggers[0].run.packages true", "triggers[3].run.resume true", "triggers[7].run.skillsDir",
+    ]
 
 
 def test_a_cron_entry_loads_into_rules_cron_with_its_run_in_the_files_names() -> None:

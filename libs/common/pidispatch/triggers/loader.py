@@ -3,9 +3,9 @@
 The file is the operator's reviewed allowlist, so any doubt refuses the whole file with one line naming
 the entry index, the field and what is accepted. Every key is either implemented or refused: first each
 entry's values are checked (so a malformed value is named as such), then the fields this build parses but
-does not act on yet. A rule's identity is its raw array index, reported on every job as
-``trigger.matched.index``. This module owns the file and the ``on`` half of each entry; ``runfields``
-owns the ``run`` half.
+does not act on yet, every one of them in the same line. A rule's identity is its raw array index,
+reported on every job as ``trigger.matched.index``. This module owns the file and the ``on`` half of
+each entry; ``runfields`` owns the ``run`` half.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from pidispatch.forges.route import route_of
 from pidispatch.triggers.match.predicate import Predicate
 from pidispatch.triggers.refusal import (
     ID_RE,
-    NOT_SUPPORTED,
     TriggerEntry,
     TriggerRefusal,
+    Unsupported,
     integer,
     nonblank,
     trim,
     unknown_key,
+    unsupported_line,
 )
 from pidispatch.triggers.rules import (
     CloseRule,
@@ -52,8 +53,8 @@ from pidispatch.triggers.runfields import (
     RUN_KEYS,
     cron_run,
     cron_run_keys,
-    refuse_cron_switches,
     refuse_unknown_keys,
+    unsupported_run,
     webhook_run,
 )
 from pidispatch.triggers.triggerfile import TRIGGERS_MAX_BYTES, decode
@@ -164,8 +165,9 @@ def _parse(text: str, cron_floor_s: int) -> Rules:
             _place(entry, groups[entry.kind], slot, rule)
         _refuse_unknown(entry, before_values=False)
         entries.append(entry)
-    for entry in entries:
-        _refuse_unsupported(entry)
+    unsupported = [u for entry in entries for u in _unsupported(entry)]
+    if unsupported:
+        raise TriggerRefusal(unsupported_line(unsupported))
     built = {
         kind: ForgeGroup(
             label=tuple(g["label"]), comment=g["comment"], pull_request=tuple(g["pull_request"]),
@@ -192,13 +194,11 @@ def _refuse_unknown(e: TriggerEntry, *, before_values: bool) -> None:
     refuse_unknown_keys(e, on_known, on_accepted, run_known, run_accepted)
 
 
-def _refuse_unsupported(e: TriggerEntry) -> None:
+def _unsupported(e: TriggerEntry) -> list[Unsupported]:
+    """Every field of a valid entry this build does not act on yet: all of them, not the first."""
     if e.on_type in REFUSED_ON_TYPES:
-        e.fail("on.type", f"{e.on_type} {NOT_SUPPORTED} ({REFUSED_ON_TYPES[e.on_type]}); remove the entry")
-    e.refuse_listed("on", REFUSED_ON)
-    e.refuse_listed("run", REFUSED_RUN)
-    if e.is_cron:
-        refuse_cron_switches(e)
+        return [e.unsupported(f"on.type {e.on_type}", REFUSED_ON_TYPES[e.on_type], "remove the entry")]
+    return e.listed("on", REFUSED_ON) + unsupported_run(e)
 
 
 def warn_if_empty(rules: Rules, file: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Sequence
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, NamedTuple, NoReturn, TypeGuard
 
 from pidispatch.triggers.jsvalues import js_int, js_trim
 
@@ -22,6 +22,24 @@ NOT_SUPPORTED = "is not supported by pi-dispatch yet"
 
 class TriggerRefusal(Exception):
     """One line naming the entry, the field and what is accepted; ``triggers`` adds the file name."""
+
+
+class Unsupported(NamedTuple):
+    """A valid field this build does not act on: ``path`` (``triggers[0].run.resume true``), why, and
+    what to do. Collected over the whole file, so one start names every one of them."""
+
+    path: str
+    why: str
+    remedy: str
+
+
+def unsupported_line(found: Sequence[Unsupported]) -> str:
+    """One refusal as it always read; several in one line (a migrated file needs one edit, not N restarts)."""
+    if len(found) == 1:
+        path, why, remedy = found[0]
+        return f"{path} {NOT_SUPPORTED} ({why}); {remedy}"
+    items = ", ".join(f"{path} ({why}; {remedy})" for path, why, remedy in found)
+    return f"{len(found)} fields are {NOT_SUPPORTED.removeprefix('is ')}: {items}"
 
 
 class TriggerEntry:
@@ -51,11 +69,14 @@ class TriggerEntry:
                 self.fail(f"{where}.{key}", unknown_key(key, accepted, f"{where}.",
                                                         f"in {where} of {self.on_type} triggers"))
 
-    def refuse_listed(self, where: str, refused: dict[str, str]) -> None:
-        """Refuse the first key of ``on`` or ``run`` that ``refused`` lists, with its reason."""
-        for key in self.on if where == "on" else self.run:
-            if key in refused:
-                self.fail(f"{where}.{key}", f"{NOT_SUPPORTED} ({refused[key]}); remove it")
+    def unsupported(self, field: str, why: str, remedy: str) -> Unsupported:
+        return Unsupported(f"triggers[{self.index}].{field}", why, remedy)
+
+    def listed(self, where: str, refused: dict[str, str]) -> list[Unsupported]:
+        """Every key of ``on`` or ``run`` that ``refused`` lists, whatever its value, with its reason."""
+        source = self.on if where == "on" else self.run
+        return [self.unsupported(f"{where}.{key}", refused[key], "remove it")
+                for key in source if key in refused]
 
 
 # "blank", "padded" and whole numbers as the original read them: the helpers the filters use too.

@@ -21,8 +21,8 @@ from pidispatch.forges.route import route_of
 from pidispatch.triggers.modelref import model_fields
 from pidispatch.triggers.refusal import (
     ID_RE,
-    NOT_SUPPORTED,
     TriggerEntry,
+    Unsupported,
     integer,
     js_length,
     nonblank,
@@ -45,12 +45,17 @@ EXCLUDABLE_TOOLS = ("read", "bash", "powershell", "edit", "write", "grep", "find
 # The run keys of a webhook rule, in the order the documentation lists them.
 RUN_KEYS = (
     "kind", "flow", "command", "image", "instructions", "repository", "replicas", "secrets", "secretsProfile",
-    "backend", "excludeTools", "provider", "model", "maxTurns", "models", "maxCostUsd", "waitFor",
+    "backend", "excludeTools", "provider", "model", "maxTurns", "models", "maxCostUsd", "packages", "resume",
+    "waitFor",
 )
 # Run fields a rule may carry but no worker acts on yet, and why: each is refused after the file validates.
 REFUSED_RUN: dict[str, str] = {
-    "packages": "no worker stages packages into a job",
     "skillsDir": "no worker mounts a skills folder into a job",
+}
+# Switches whose false is what every job here already gets (no staged packages, a cold start): false or
+# absent loads and changes nothing; true asks for what no worker does, so it is refused like the above.
+REFUSED_RUN_TRUE: dict[str, str] = {
+    "packages": "no worker stages packages into a job",
     "resume": "no worker keeps an agent session to resume",
 }
 # Near misses: normalised spellings (non-alphanumerics removed, lower-cased) -> the field they mean. The exact
@@ -184,11 +189,19 @@ def _instructions(e: TriggerEntry) -> str | None:
     return text
 
 
+def _packages(e: TriggerEntry) -> bool | None:
+    """Validated, then always None: false is a no-op here and true is refused once the file validates,
+    so a rule's jobs are byte-identical with or without the key."""
+    strict_bool(e, "packages")
+    return None
+
+
 def _resume(e: TriggerEntry) -> bool | None:
-    resume = strict_bool(e, "resume")
-    if resume and e.is_cron:
+    """As ``_packages``; true is first checked against the original's pairings (a wrong pair is a
+    malformed rule, whatever this build supports)."""
+    if strict_bool(e, "resume") and e.is_cron:
         e.fail("run.resume", "true is refused on a cron trigger; accepted: false or absent")
-    return resume
+    return None
 
 
 def _repository(e: TriggerEntry) -> str | None:
@@ -283,7 +296,7 @@ def _exclude_tools(e: TriggerEntry) -> tuple[str, ...] | None:
 def _shared_fields(e: TriggerEntry) -> dict[str, Any]:
     """The fields every kind carries, checked in one fixed order, under their ``RunSpec`` names."""
     return {
-        "packages": strict_bool(e, "packages"),
+        "packages": _packages(e),
         "image": _image(e),
         "skills_dir": _skills_dir(e),
         "instructions": _instructions(e),
@@ -335,10 +348,16 @@ def refused_cron_true() -> dict[str, str]:
     return {**forge_keys, "portfolio": "no worker writes a budget plan for a scheduled job"}
 
 
-def refuse_cron_switches(e: TriggerEntry) -> None:
-    for key, why in refused_cron_true().items():
-        if e.run.get(key) is True:
-            e.fail(f"run.{key}", f"true {NOT_SUPPORTED} ({why}); accepted: false or absent")
+def unsupported_run(e: TriggerEntry) -> list[Unsupported]:
+    """Every run field of the entry this build does not act on, in the file's order."""
+    switches = {**REFUSED_RUN_TRUE, **(refused_cron_true() if e.is_cron else {})}
+    found = []
+    for key, value in e.run.items():
+        if key in REFUSED_RUN:
+            found.append(e.unsupported(f"run.{key}", REFUSED_RUN[key], "remove it"))
+        elif key in switches and value is True:
+            found.append(e.unsupported(f"run.{key} true", switches[key], "accepted: false or absent"))
+    return found
 
 
 _CAMEL = {"skills_dir": "skillsDir", "secrets_profile": "secretsProfile", "wait_for": "waitFor",

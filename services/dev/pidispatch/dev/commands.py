@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from pidispatch.dev import demoverb, egressimage, jobimage, scaffold, serviceimage, stack
+from pidispatch.dev import demoverb, egressimage, jobimage, scaffold, serviceimage, stack, standins
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for module in (stack, scaffold, jobimage, serviceimage, egressimage, demoverb):
+    for module in (stack, scaffold, jobimage, serviceimage, egressimage, demoverb, standins):
         module.register(sub)

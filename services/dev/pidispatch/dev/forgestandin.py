@@ -170,9 +170,9 @@ class DemoForge:
                 response.headers[name.strip()] = value.strip()
         return response
 
-    async def start(self, host: str = "127.0.0.1") -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host`` (loopback for ``dev``; the deploy check gives Docker's bridge address, where
-        containers reach the host)."""
+        containers reach the host) and ``port`` (0: any free one)."""
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024**2)
         owner, name = REPO.split("/")
         base = f"/repos/{owner}/{name}"
@@ -184,7 +184,7 @@ class DemoForge:
         app.router.add_route("*", "/git/{tail:.*}", self._git_http)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, 0)
+        site = web.TCPSite(self._runner, host, port)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
@@ -226,6 +226,13 @@ def demo_delivery(number: int = 1) -> bytes:
         "sender": {"id": 1, "login": "demo"},
     }
     return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def signed_headers(secret: str, body: bytes, delivery: str) -> dict[str, str]:
+    """The headers GitHub sends with an ``issues`` delivery, HMAC-SHA256 over the raw body."""
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"Content-Type": "application/json", "X-GitHub-Event": "issues",
+            "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": signature}
 
 
 def signed_curl(url: str, secret: str, body: bytes, delivery: str) -> str:
