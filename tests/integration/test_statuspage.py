@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import re
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import aiodocker
@@ -17,11 +19,16 @@ import aiohttp
 
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import Keys
+from pidispatch.common.models import Event
 from pidispatch.common.redis import Redis, create_redis
+from pidispatch.common.runtime import now_ms
 from pidispatch.console.statuspage import PAGE_TIMEOUT_S, load_web_config
 from tests.support.cli import run_cli
-from tests.support.processes import RedisProcess
-from tests.support.statusstack import HELD_JOB, serving, status_stack
+from tests.support.decisions import decision_fields
+from tests.support.payloads import FIXTURES
+from tests.support.polling import wait_for
+from tests.support.processes import RedisProcess, ServiceProcess
+from tests.support.statusstack import HELD_JOB, HOSTILE, serving, status_stack
 
 PAGES = ("/", "/runs", "/deliveries", "/schedules", "/waits")
 
@@ -180,3 +187,76 @@ async def test_a_frozen_redis_costs_a_bounded_wait_and_a_banner_not_a_hang(
             assert (await get(url + "/waits"))[0] == 200  # and back once it answers
     finally:
         await redis.aclose()
+
+
+async def test_an_uploaded_triggers_file_is_compared_behind_the_auth_and_nothing_is_written(
+    base_env: dict[str, str], redis: Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """``/triggers/test``: the form posts a candidate file; the answer is ``triggers test``'s table, a refused
+    file shows the loader's line (escaped), an oversized one is refused unread, Redis is untouched."""
+    bug = {"on": {"type": "label", "any": ["bug"]}, "run": {"kind": "github", "flow": "fix"}}
+    docs = {"on": {"type": "label", "any": ["docs"]}, "run": {"kind": "github", "flow": "docs"}}
+    Path(base_env["PI_TRIGGERS_FILE"]).write_text(json.dumps({"triggers": [bug]}))
+    router = ServiceProcess("router", base_env, tmp_path / "router.log")
+    router.start()
+    try:
+        bugs = [await _labeled(redis, keys, "bug", n) for n in (1, 2)]
+        documented = await _labeled(redis, keys, "docs", 3)
+        for delivery in (*bugs, documented):
+            await wait_for(lambda d=delivery: _decided(redis, keys, d), timeout=20, what="the decision")
+    finally:
+        assert await asyncio.to_thread(router.stop) == 0
+    credentials = {"PD_WEB_USER": "ops", "PD_WEB_PASSWORD": "s3cret-passphrase"}
+    auth = {"Authorization": "Basic " + base64.b64encode(b"ops:s3cret-passphrase").decode()}
+    before = {key: await redis.dump(key) async for key in redis.scan_iter(match=f"{keys.prefix}:*")}
+
+    async def post(content: bytes, headers: dict[str, str] = auth, **fields: str) -> tuple[int, str]:
+        form = aiohttp.FormData()
+        form.add_field("file", content, filename="<b>cand.json", content_type="application/json")
+        for name, value in fields.items():
+            form.add_field(name, value)
+        async with aiohttp.ClientSession() as http, http.post(url + "/triggers/test", data=form,
+                                                              headers=headers) as r:
+            return r.status, await r.text()
+
+    async with serving(load_web_config({**base_env, **credentials}, "0.0.0.0")[0], redis) as url:
+        assert (await get(url + "/triggers/test"))[0] == 401
+        assert (await post(b"{}", headers={}))[0] == 401
+        status, form, _ = await get(url + "/triggers/test", headers=auth)
+        assert status == 200 and 'enctype="multipart/form-data"' in form and 'name="file"' in form
+        assert "http-equiv" not in form  # a form's page does not reload itself
+
+        status, body = await post(json.dumps({"triggers": [docs]}).encode())
+        assert status == 200, body
+        assert "compared 3 deliveries: 0 unchanged, 3 would change" in body
+        assert f"<td>{documented}</td>" in body and all(f"<td>{d}</td>" in body for d in bugs)
+        assert "<td>queued rule #0, flow fix</td><td>drop: no-allowlisted-label</td>" in body
+        assert "<td>dropped: no-allowlisted-label</td><td>fire rule #0, flow docs</td>" in body
+        assert "<script" not in body.lower() and "Spelling error" not in body and "cand.json" not in body
+        status, body = await post(json.dumps({"triggers": [bug]}).encode(), last="2")
+        assert status == 200 and "compared 2 deliveries: 2 unchanged, 0 would change" in body
+
+        status, body = await post(json.dumps({"triggers": [{"<script>x</script>": 1}]}).encode())
+        assert status == 400 and "PI_TRIGGERS_FILE upload: triggers[0]" in body
+        assert "<script>x" not in body and "&lt;script&gt;x" in body
+        status, body = await post(b" " * (1024 * 1024 + 1))
+        assert status == 413 and "is larger than 1048576 bytes" in body
+        assert (await post(b"{}", last="zero"))[0] == 400
+    assert {key: await redis.dump(key) async for key in redis.scan_iter(match=f"{keys.prefix}:*")} == before
+
+
+async def _labeled(redis: Redis, keys: Keys, label: str, number: int) -> str:
+    payload = json.loads((FIXTURES / "github" / "issues.labeled.json").read_text())
+    payload["issue"]["number"] = number
+    payload["label"] = {"name": label}
+    payload["issue"]["labels"] = [{"name": label}]
+    payload["issue"]["title"] = HOSTILE
+    delivery = str(uuid.uuid4())
+    event = Event(forge="github", event="issues", delivery=delivery, received_at=now_ms(),
+                  body=json.dumps(payload))
+    await redis.xadd(keys.events, event.to_fields())  # type: ignore[arg-type]
+    return delivery
+
+
+async def _decided(redis: Redis, keys: Keys, delivery: str) -> str | None:
+    return (await decision_fields(redis, keys, "github", delivery)).get("outcome")

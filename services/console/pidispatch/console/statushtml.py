@@ -21,7 +21,7 @@ from pidispatch.triggers.explain import WHY_TEXT, Explanation, stored_line
 
 REFRESH_S = 5
 NAV = (("/", "overview"), ("/runs", "runs"), ("/deliveries", "deliveries"), ("/schedules", "schedules"),
-       ("/waits", "waits"))
+       ("/waits", "waits"), ("/triggers/test", "triggers"))
 REDIS_DOWN = "Redis at REDIS_URL is not answering"
 REDIS_REFUSED = "Redis at REDIS_URL refused this connection's credentials (VALKEY_PASSWORD or REDIS_PASSWORD)"
 STYLE = (
@@ -78,15 +78,16 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Cell]], empty: str) ->
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def page(title: str, active: str, body: str, banner: str | None = None) -> str:
-    """The whole document: refreshes itself every ``REFRESH_S`` seconds; no script."""
+def page(title: str, active: str, body: str, banner: str | None = None, *, refresh: bool = True) -> str:
+    """The whole document: refreshes itself every ``REFRESH_S`` seconds (a form's page does not: that would
+    drop what was typed and answered); no script."""
     nav = "".join(
         f'<a href="{path}"{" class=on" if name == active else ""}>{name}</a>' for path, name in NAV
     )
     top = f'<div class="banner" role="alert">{esc(banner)}</div>' if banner else ""
+    reload = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
     return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="refresh" content="{REFRESH_S}">'
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{reload}'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>pi-dispatch · {esc(title)}</title><style>{STYLE}</style></head>"
         f"<body><header><nav>{nav}</nav></header><main><h1>{esc(title)}</h1>{top}{body}</main></body></html>"

@@ -24,7 +24,8 @@ from pidispatch.common.redis import Redis, bounded, redis_for
 from pidispatch.common.registry import RegistryUnreachable
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.secret import Secret
-from pidispatch.console import statusdata, statushtml
+from pidispatch.console import statusdata, statushtml, trialpage
+from pidispatch.console.trialpage import TrialSource
 from pidispatch.console.webauth import (
     REALM,
     FailureThrottle,
@@ -158,7 +159,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def build_app(config: WebConfig, redis: Redis, clock: EpochMsClock) -> web.Application:
-    """The application: GET (and HEAD) routes only, behind basic auth when credentials are configured."""
+    """The application: GET (and HEAD) routes, and the one form that posts (``trialpage``: it writes
+    nothing either), behind basic auth when credentials are configured."""
     pages = StatusPage(config, redis, clock)
     throttle = FailureThrottle()
 
@@ -177,6 +179,9 @@ def build_app(config: WebConfig, redis: Redis, clock: EpochMsClock) -> web.Appli
             return _html(statushtml.missing_html("no such page"), 404)
 
     app = web.Application(middlewares=[guard])
+    trials = TrialSource(config.keys, config.triggers_file, config.cron_floor_s, config.self_ids)
+    for method, path, handler in trialpage.routes(trials, redis, _html):
+        app.router.add_route(method, path, handler)
     for path, handler in (
         ("/", pages.overview), ("/runs", pages.runs), ("/runs/{job}/output", pages.output),
         ("/deliveries", pages.deliveries), ("/deliveries/{forge}/{delivery}", pages.delivery),
