@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from pidispatch.common.embedded import free_port
 from pidispatch.common.keys import ROUTER_GROUP, WORKER_GROUP, Keys
 from pidispatch.common.redis import Redis, create_redis
+from tests.support.doctor import RUN_BOUND_S, doctor
 from tests.support.forges import GithubStandIn, gitlab_forge
 from tests.support.images import require_built
 from tests.support.processes import RedisProcess
@@ -33,35 +33,6 @@ SPENT_RULE = {
            "disarmed": {"at": "2026-05-01T10:00:00Z", "jobId": "gh-1f2e3d"}},
     "run": {"kind": "github", "command": "release-notes"},
 }
-# Each run must end well within this, whatever does not answer (the doctor's own bound is 2 s a call).
-RUN_BOUND_S = 20.0
-
-
-class Report:
-    def __init__(self, code: int, body: dict[str, Any], seconds: float) -> None:
-        self.code, self.body, self.seconds = code, body, seconds
-        self.checks = {c["name"]: c for c in body["checks"]}
-
-    def status(self, name: str) -> str:
-        return str(self.checks[name]["status"])
-
-
-async def doctor(env: dict[str, str]) -> Report:
-    full = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/root"), **env}
-    if "DOCKER_HOST" in os.environ:
-        full.setdefault("DOCKER_HOST", os.environ["DOCKER_HOST"])
-    started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pidispatch.common.cli", "doctor", "--json", "--timeout", "2",
-        env=full, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), RUN_BOUND_S)
-    assert proc.returncode is not None
-    body = json.loads(out)  # stdout is exactly one JSON object
-    assert body["exit"] == proc.returncode, err
-    return Report(proc.returncode, body, time.monotonic() - started)
-
-
 def triggers(path: Path, *rules: dict[str, Any]) -> None:
     path.write_text(json.dumps({"triggers": list(rules)}))
 
@@ -76,7 +47,7 @@ async def test_no_redis_fails_fast_and_skips_what_needs_it(setup: dict[str, str]
     report = await doctor({**setup, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
     assert report.code == 2 and report.status("redis") == "fail"
     assert report.checks["redis"]["fix"]
-    for name in ("streams", "budget", "clock", "hosts", "dead"):
+    for name in ("streams", "topology", "budget", "clock", "hosts", "dead"):
         assert report.checks[name]["finding"] == "skipped: redis unreachable"
     # The checks that need no Redis still ran.
     assert report.status("triggers") == "ok" and report.status("config") == "ok"
@@ -195,8 +166,8 @@ async def test_a_healthy_setup_is_all_ok(
     expected = {c: "ok" for c in report.checks} | ({"docker": "warn"} if driver == "vfs" else {})
     assert {c: report.status(c) for c in report.checks} == expected, report.body
     assert list(report.checks) == [
-        "config", "variables", "redis", "streams", "docker", "job-image", "egress", "triggers",
-        "forge:github", "webhook-secrets", "budget", "clock", "hosts", "dead",
+        "config", "variables", "redis", "streams", "topology", "docker", "job-image", "egress", "model",
+        "triggers", "forge:github", "heal", "webhook-secrets", "budget", "clock", "hosts", "dead",
     ]
     assert report.code == (1 if driver == "vfs" else 0)
     assert report.checks["forge:github"]["finding"] == "identity resolved; token scopes repo,read:org"
@@ -226,3 +197,17 @@ async def test_a_forge_that_never_answers_fails_within_the_bound(setup: dict[str
         report = await doctor({**setup, "GITLAB_URL": f"http://127.0.0.1:{port}", "GITLAB_TOKEN": "t"})
     assert report.checks["forge:gitlab"]["finding"] == "did not answer within 2 s"
     assert report.seconds < 10
+
+
+async def test_in_one_service_s_container_only_its_checks_run(setup: dict[str, str]) -> None:
+    """Compose gives each container its own variables: the receiver has the secret and no rules or Docker,
+    the router has rules and no secret or Docker."""
+    receiver_env = {k: v for k, v in setup.items() if k not in ("PI_TRIGGERS_FILE", "DOCKER_HOST")}
+    receiver = await doctor({**receiver_env, "DOCKER_HOST": "unix:///nonexistent"}, "--service", "receiver")
+    assert list(receiver.checks) == ["config", "variables", "redis", "streams", "topology", "webhook-secrets"]
+    assert receiver.checks["webhook-secrets"]["finding"] == "serves github"
+    assert receiver.code < 2, receiver.body  # streams warn: no router or worker made its group yet
+    router_env = {k: v for k, v in setup.items() if k != "WEBHOOK_SECRET"}
+    router = await doctor({**router_env, "DOCKER_HOST": "unix:///nonexistent"}, "--service", "router")
+    assert "docker" not in router.checks and "webhook-secrets" not in router.checks
+    assert {"triggers", "heal", "hosts", "dead"} <= set(router.checks)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_doctor import doctor
+from tests.support.doctor import doctor
 from tests.support.sentinel import RedisHA, require_sentinel
 
 

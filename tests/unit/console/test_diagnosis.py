@@ -189,3 +189,19 @@ def test_topology_warns_where_a_failover_could_lose_acknowledged_work(
     check = dx.topology_check(topology)
     assert (check.status, says in check.finding) == (status, True), check
     assert check.status == dx.OK or check.fix
+
+
+def test_each_service_is_judged_by_the_checks_it_needs() -> None:
+    assert dx.in_scope("forge:github", frozenset({"router"})) and dx.in_scope("docker", frozenset({"worker"}))
+    assert not dx.in_scope("docker", frozenset({"router", "receiver"}))
+    assert not dx.in_scope("triggers", frozenset({"receiver"}))  # the receiver reads no rules
+    assert dx.in_scope("webhook-secrets", frozenset({"receiver"}))
+    assert not dx.in_scope("webhook-secrets", frozenset({"worker"}))  # the worker is given no secret
+
+
+def test_a_receiver_without_rules_to_judge_by_needs_one_serving_arm() -> None:
+    assert dx.arms_check({"github": None, "gitlab": "not set"}) == dx.ok("webhook-secrets", "serves github")
+    none = dx.arms_check({"github": "not set", "gitlab": "not set"})
+    assert (none.status, none.finding) == (FAIL, "no forge's webhook secret is set") and none.fix
+    bad = dx.arms_check({"github": "WEBHOOK_SECRET is too short", "gitlab": "not set"})
+    assert bad.finding == "WEBHOOK_SECRET is too short"

@@ -51,5 +51,14 @@ def test_a_member_the_log_did_not_write_is_skipped() -> None:
 def test_every_field_has_a_place_in_the_line() -> None:
     # A field added to Logged without a place in line() and parse() would be lost in Redis.
     full = Logged(decided_at=AT, outcome="queued", forge="f", event="e", action="a", target="t", delivery="d",
-                  reason="r", jobs=("j1", "j2"), streams=("s1", "s2"), trigger=3, replay=True, entry="1-0")
+                  reason="r", jobs=("j1", "j2"), streams=("s1", "s2"), trigger=3, replay=True, healed=True,
+                  entry="1-0")
     assert decisionlog.parse(decisionlog.line(full), float(AT)) == full
+
+
+def test_a_delivery_the_healer_asked_for_is_marked_healed() -> None:
+    d = decisionlog.logged(Subject("issues", "labeled", "acme/app#7"), "github", "d-4", "1-0", "queued", AT,
+                           jobs=["gh-d-4"], streams=["pd:jobs"], trigger=0, healed=True)
+    line = decisionlog.line(d)
+    assert line.endswith(" trigger=0 healed=yes entry=1-0")
+    assert decisionlog.parse(line, float(AT)) == d

@@ -111,6 +111,20 @@ TRIM_PASS_STEPS = 500
 TRIM_MARK_SPACING = 64
 TRIM_MARKS_MAX = 256
 
+# Healing from GitHub's delivery log (router.heal): one router at a time holds the lease, renewed while a
+# pass runs; its log is read back at most HEAL_WINDOW_MAX_H (GitHub keeps a few days). Each redelivery
+# request waits HEAL_PACE_S after the one before (GitHub: at most 80 content-creating requests a minute),
+# a read of a page of the log none, and a rate limit's Retry-After or reset at most HEAL_PAUSE_MAX_S.
+HEAL_WINDOW_DEFAULT_H = 24
+HEAL_WINDOW_MAX_H = 72
+HEAL_LEASE_MS = 120_000
+HEAL_PACE_S = 1.0
+HEAL_PAUSE_MAX_S = 60.0
+HEAL_PAGE = 100
+HEAL_TIMEOUT_S = 10.0
+# How often the router reads whether the healer asked for anything (its decisions' ``healed`` mark).
+HEAL_MARKS_RECHECK_S = 1.0
+
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,32}$")
 
 
@@ -338,3 +352,9 @@ class Keys:
 
     def leader(self, role: str) -> str:
         return self._k("leader", role)
+
+    @property
+    def heal_asked(self) -> str:
+        """The deliveries the healer asked GitHub to redeliver: a ZSET of their guids scored by when it
+        asked (epoch ms), cut to the heal window; the router marks a decision ``healed`` by it."""
+        return self._k("heal-asked")

@@ -162,6 +162,31 @@ end
 return id
 """)
 
+# Whether a delivery is remembered, changing nothing: ``DEDUP_LUA``'s lookup (two GETRANGEs, a GET per old
+# day bucket) without its keep. The healer asks it of each delivery in GitHub's log.
+# KEYS and ARGV: its ``Remembered``. Returns 1 when remembered in the window, else 0.
+REMEMBERED = Script(DEDUP_LUA + """
+if known() then return 1 end
+return 0
+""")
+
+# ---- duties one router holds at a time (a lease) -------------------------------------------------
+
+# Take the lease, or keep it when this holder has it: another holder's live lease is left alone.
+# KEYS: lease. ARGV: holder, ttl ms. Returns 1 when held by this holder now, else 0.
+LEASE_HOLD = Script("""
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+""")
+
+# Give the lease up, only if this holder still has it. KEYS: lease. ARGV: holder. Returns 1 when dropped.
+LEASE_DROP = Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""")
+
 # ---- host registry --------------------------------------------------------------------------------
 
 # Prune a member only if its row is still absent: a host that beat between our read and this call

@@ -33,6 +33,7 @@ from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S
 from pidispatch.common.egresssettings import EgressSettings, load_egress_settings
 from pidispatch.common.envnames import REDIS_PASSWORD_VARS, parse_forward_env
 from pidispatch.common.errors import ConfigError
+from pidispatch.common.healsettings import HealSettings, load_heal_settings
 from pidispatch.common.keys import PREFIX_RE
 from pidispatch.common.secret import Secret
 from pidispatch.common.unsupported import check_environment
@@ -130,6 +131,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     wait: WaitSettings = WaitSettings()
     egress: EgressSettings = EgressSettings()
+    # The router's healing from GitHub's delivery log (PD_HEAL_*; router.heal).
+    heal: HealSettings = HealSettings()
 
 
 def _get(env: Mapping[str, str], name: str) -> str | None:
@@ -445,6 +448,7 @@ _READERS: dict[str, Callable[[Mapping[str, str]], Mapping[str, object]]] = {
     "upkeep": _upkeep_part, "spend": _spend_part, "agent": _agent_part,
     "wait": lambda e: {"wait": load_wait_settings(e)},
     "egress": lambda e: {"egress": load_egress_settings(e)},
+    "heal": lambda e: {"heal": load_heal_settings(e)},
 }
 
 

@@ -22,7 +22,7 @@ from pidispatch.common.errors import ConfigError
 ALLOW_VARIABLE = "PD_ALLOW_UNSUPPORTED"
 
 _SANDBOX = "unset it: every job runs in a throw-away folder under PI_JOBS_DIR"
-_SESSIONS = "unset it: no agent session is kept between jobs (run.resume is refused too)"
+_SESSIONS = "unset it: no agent session is kept between jobs (run.resume true is refused too)"
 _AUTH_SOURCE = "unset it: the forge's token variable is read as a personal access token"
 _HOST_BUDGET = "size PI_CONCURRENCY, PI_JOB_MEMORY and PI_JOB_CPUS to the host instead"
 _PROVIDER_KEYS = "unset it: provider keys come only from their own variables (ANTHROPIC_API_KEY, ...)"
@@ -81,7 +81,7 @@ HONOURED: tuple[str, ...] = (
     "PD_HALT_ON_CONFIG_ERROR",
     "RECEIVER_PORT", "RECEIVER_BIND", "PD_SPOOL_DIR", "PD_SPOOL_MAX_BYTES",
     "PI_TRIGGERS_FILE", "PI_CRON_MIN_INTERVAL_S", "PI_SCHEDULER_STALL_MAX", "PD_ROUTER_NAME",
-    "PD_IDENTITY_RETRY_SECONDS",
+    "PD_IDENTITY_RETRY_SECONDS", "PD_HEAL_INTERVAL_S", "PD_HEAL_WINDOW_H",
     *FORGE_SETTINGS_VARS,
     "PI_WORKER_NAME", "PI_CONCURRENCY", "PD_HOST_BEAT_MS", "PD_HOST_TTL_MS", "PI_JOB_IMAGE", "PI_JOB_USER",
     "PI_JOB_MEMORY", "PI_JOB_CPUS", "PI_JOB_TIMEOUT", "PI_SHUTDOWN_GRACE", "PI_LOGS_DIR", "PI_JOBS_DIR",
@@ -143,7 +143,8 @@ FOREIGN = frozenset({
     "PD_SERVICE_IMAGE", "PD_CONFIG_DIR", "PI_DATA_DIR",
     # The test suite's own switches (tests/).
     "PD_REQUIRE_DOCKER", "PD_REQUIRE_AGENT_IMAGE", "PD_REQUIRE_DEPLOY", "PD_REQUIRE_BROWSER",
-    "PD_REQUIRE_REDIS7", "PD_REQUIRE_SENTINEL", "PD_TEST_WORKERS", "PD_DEPLOY_LOGS", "PD_UPDATE_SCREENSHOT",
+    "PD_REQUIRE_REDIS7", "PD_REQUIRE_SENTINEL", "PD_REQUIRE_SYSTEMD", "PD_TEST_WORKERS", "PD_DEPLOY_LOGS",
+    "PD_UPDATE_SCREENSHOT",
 })
 
 

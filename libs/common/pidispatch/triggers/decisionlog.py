@@ -9,11 +9,11 @@ A sorted set scored by the decision time (epoch ms), capped at ``PD_EVENTS_MAXLE
 
 time (ISO-8601, UTC), outcome, forge, event type and action (a ``/`` between: no event word holds
 one), target (``-`` when the body names none), then ``key=value`` pairs: ``delivery`` and ``entry``
-always; ``reason``, ``jobs``, ``stream`` (one per job, in the same order), ``trigger`` (the rule's index)
-and ``replay=yes`` where they apply. Every value is a token, an id or an item reference
-(``RouterForge.target``): never payload text. A delivery decided twice (``pending``, then ``queued``)
-has two lines; lines of one millisecond (one page) order by their text. The week-long per-delivery
-record is ``router.decisions``.
+always; ``reason``, ``jobs``, ``stream`` (one per job, in the same order), ``trigger`` (the rule's index),
+``replay=yes`` and ``healed=yes`` (the healer asked the forge to redeliver it: ``router.heal``) where they
+apply. Every value is a token, an id or an item reference (``RouterForge.target``): never payload text.
+A delivery decided twice (``pending``, then ``queued``) has two lines; lines of one millisecond (one page)
+order by their text. The week-long per-delivery record is ``router.decisions``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Logged(msgspec.Struct, frozen=True, kw_only=True):
     streams: tuple[str, ...] = ()
     trigger: int | None = None
     replay: bool = False
+    healed: bool = False
     entry: str = ""
 
 
@@ -73,6 +74,8 @@ def line(decision: Logged) -> str:
         words.append(f"trigger={d.trigger}")
     if d.replay:
         words.append("replay=yes")
+    if d.healed:
+        words.append("healed=yes")
     words.append(f"entry={d.entry}")
     return " ".join(words)
 
@@ -91,7 +94,8 @@ def parse(member: str, score: float) -> Logged | None:
         target=None if target == "-" else _untoken(target), delivery=_untoken(pairs.get("delivery", "?")),
         reason=_untoken(pairs.get("reason", "")), jobs=_split(pairs.get("jobs", "")),
         streams=_split(pairs.get("stream", "")), trigger=int(trigger) if trigger.isdigit() else None,
-        replay=pairs.get("replay") == "yes", entry=pairs.get("entry", ""),
+        replay=pairs.get("replay") == "yes", healed=pairs.get("healed") == "yes",
+        entry=pairs.get("entry", ""),
     )
 
 
@@ -102,14 +106,14 @@ def _split(value: str) -> tuple[str, ...]:
 def logged(
     subject: Subject, forge: str, delivery: str, entry: str, outcome: str, decided_at: int, *,
     reason: str = "", jobs: Sequence[str] = (), streams: Sequence[str] = (), trigger: int | None = None,
-    replay: bool = False,
+    replay: bool = False, healed: bool = False,
 ) -> Logged:
     """Pure: the log's view of one decision."""
     shown = () if all(s == "-" for s in streams) else tuple(streams)  # nothing queued: no stream to name
     return Logged(
         decided_at=decided_at, outcome=outcome, forge=forge, event=subject.event, action=subject.action,
         target=subject.target, delivery=delivery, reason=reason, jobs=tuple(jobs), streams=shown,
-        trigger=trigger, replay=replay, entry=entry,
+        trigger=trigger, replay=replay, healed=healed, entry=entry,
     )
 
 

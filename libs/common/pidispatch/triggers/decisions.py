@@ -164,11 +164,12 @@ async def write(redis: Redis, keys: Keys, page: Page, cap: int, group: str = "")
 
 
 class Logging(msgspec.Struct, frozen=True):
-    """What the readable log (``router.decisionlog``) adds to a decision: what the delivery is about, and
-    whether its entry is a replay."""
+    """What the readable log (``router.decisionlog``) adds to a decision: what the delivery is about,
+    whether its entry is a replay, and whether the healer asked its forge to redeliver it."""
 
     about: Subject
     replay: bool
+    healed: bool = False
 
 
 def record(
@@ -183,7 +184,7 @@ def record(
     o = outcome
     page.lines.append(decisionlog.logged(
         log.about, forge, delivery, entry_id, o.outcome, decided_at, reason=o.reason, jobs=o.jobs,
-        streams=o.streams, trigger=o.trigger, replay=log.replay,
+        streams=o.streams, trigger=o.trigger, replay=log.replay, healed=log.healed,
     ))
 
 

@@ -9,15 +9,19 @@ from pidispatch.console import (
     control,
     deliveries,
     doctor,
+    heal,
     hosts,
     pause,
     runs,
     scheduleview,
+    serviceunits,
     statuspage,
+    trial,
     waitview,
 )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for module in (deliveries, hosts, control, pause, runs, scheduleview, waitview, doctor, statuspage):
+    for module in (deliveries, hosts, control, pause, runs, scheduleview, waitview, doctor, statuspage,
+                   serviceunits, trial, heal):
         module.register(sub)

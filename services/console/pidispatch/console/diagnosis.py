@@ -31,6 +31,23 @@ class Check:
         return asdict(self)
 
 
+# The checks each service needs, for ``doctor --service`` in a container that runs one of them: a check of
+# what another service needs (Docker in the router's container) would fail there for nothing.
+SERVICES = frozenset({"receiver", "router", "worker"})
+_COMMON = frozenset({"config", "variables", "dev", "redis", "streams", "topology"})
+SCOPES: dict[str, frozenset[str]] = {
+    "receiver": _COMMON | {"webhook-secrets"},
+    "router": _COMMON | {"triggers", "forge", "heal", "hosts", "dead"},
+    "worker": _COMMON | {"docker", "job-image", "egress", "model", "triggers", "forge", "budget", "clock",
+                         "hosts", "dead"},
+}
+
+
+def in_scope(name: str, services: frozenset[str]) -> bool:
+    """Pure: whether check ``name`` (``forge:<name>`` counts as ``forge``) concerns any of ``services``."""
+    return any(name.split(":", maxsplit=1)[0] in SCOPES[s] for s in services)
+
+
 def ok(name: str, finding: str) -> Check:
     return Check(name, OK, finding)
 
@@ -194,6 +211,16 @@ def webhook_check(arms: Mapping[str, str | None]) -> Check:
     return ok("webhook-secrets", f"set for {','.join(arms)}")
 
 
+def arms_check(served: Mapping[str, str | None]) -> Check:
+    """A receiver with no triggers file to judge by (its own container): at least one forge's arm serves."""
+    serving = [forge for forge, why in served.items() if why is None]
+    if serving:
+        return ok("webhook-secrets", f"serves {','.join(serving)}")
+    refused = [why for why in served.values() if why is not None and why != "not set"]
+    finding = refused[0] if refused else "no forge's webhook secret is set"
+    return Check("webhook-secrets", FAIL, finding, "set WEBHOOK_SECRET (or another forge's) on the receiver")
+
+
 @dataclass(frozen=True)
 class WindowUse:
     name: str  # day, week, month, tokens
@@ -294,3 +321,62 @@ def topology_check(t: Topology) -> Check:
     if not t.replicas:
         return ok(name, f"{shape}: no failover configured (docs/redis.md, HA)")
     return ok(name, f"{shape}; acknowledged once {t.acks} replica(s) hold it")
+
+
+@dataclass(frozen=True)
+class ModelPath:
+    """Whether a job container reaches its model (``console.modelcheck`` gathers it): the job image, the
+    URL its pi talks to, the provider's key variables, and what a probe container of the image got."""
+
+    image: str
+    has_pi: bool  # the image carries the pi agent (a demo or test image plays one and needs no model)
+    provider: str
+    url: str | None  # None: the provider has no endpoint known here and PI_MODEL_BASE_URL is unset
+    key_vars: tuple[str, ...] = ()
+    key_set: bool = False
+    status: int | None = None  # the HTTP status the probe got
+    error: str | None = None  # why the probe did not reach ``url``
+    dev_standin: bool = False  # ``url`` is the stand-in model of the dev running in this folder
+
+
+LOOPBACK_HOSTS = ("localhost", "127.", "[::1]", "::1")
+
+
+def _loopback(url: str) -> bool:
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0] if "://" in url else url
+    return host.startswith(LOOPBACK_HOSTS)
+
+
+def model_check(m: ModelPath) -> Check:
+    name = "model"
+    if not m.has_pi:
+        return ok(name, f"{m.image} has no pi agent (a demo or test image): no model to reach")
+    if m.url is None:
+        return Check(name, FAIL, f"no endpoint known for provider {m.provider} and PI_MODEL_BASE_URL unset",
+                     "set PI_MODEL_BASE_URL to the provider's API (or PI_PROVIDER to one pi-dispatch knows)")
+    if m.status is None:
+        why = m.error or "no answer"
+        if m.dev_standin:
+            fix = ("dev's stand-in model does not answer job containers: stop dev and start it again here "
+                   "(it proves the address at start and names what blocks it)")
+        elif _loopback(m.url):
+            fix = ("PI_MODEL_BASE_URL names loopback, which in a job container is the container itself: use "
+                   "this host's address on Docker's bridge (docker0's) or the provider's public endpoint")
+        else:
+            fix = ("let containers on Docker's bridge reach it (a firewall or a missing route is the usual "
+                   "cause), or set PI_MODEL_BASE_URL to an endpoint they reach")
+        return Check(name, FAIL, f"a {m.image} container does not reach {m.url}: {why}", fix)
+    reached = f"a {m.image} container reaches {m.url} (HTTP {m.status})"
+    if m.dev_standin:
+        return ok(name, f"{reached}: dev's stand-in model")
+    if not m.key_set and m.key_vars:
+        return Check(name, WARN, f"{reached}; no {' or '.join(m.key_vars)} set here",
+                     f"set {m.key_vars[-1]} in the worker's environment (or give jobs one via a secret "
+                     "profile)")
+    return ok(name, reached)
+
+
+def dev_check(pid: int, image: str) -> Check:
+    """The doctor runs in the folder of a running ``pi-dispatch dev``: its checks judge what dev runs."""
+    return ok("dev", f"beside pi-dispatch dev pid {pid} (.pi-dispatch/dev.json): judging its job image "
+                     f"{image} and its model")

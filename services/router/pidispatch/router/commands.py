@@ -27,6 +27,7 @@ from pidispatch.forges.http import create_http
 from pidispatch.forges.identity import require_knowable, resolve_self_ids
 from pidispatch.forges.route import route_of, token_sources
 from pidispatch.router.consumer import consumer_name
+from pidispatch.router.heal import delivery_log, require_logs, run_healer
 from pidispatch.router.metrics import RouterMetrics
 from pidispatch.router.reroute import run_rerouter
 from pidispatch.router.service import run_router
@@ -58,6 +59,7 @@ async def serve(_args: argparse.Namespace | None = None) -> int:
     warn_if_empty(rules, os.path.basename(settings.triggers_file) or settings.triggers_file)
     require_credentials(rules, forges)
     require_knowable(rules, forges)
+    require_logs(settings, forges)
     # Made here, not in the loop, so /readyz reads the very state the loop writes.
     redis_health = Health("redis_unreachable", "redis_restored")
     # One registry for the endpoint and the router's own series; kept (in memory) even when not served.
@@ -100,6 +102,10 @@ async def _route(
         promoter = asyncio.create_task(run_promoter(redis, keys, stop))
         # Every router re-routes too; each move is one atomic script, so peers never double-move.
         rerouter = asyncio.create_task(run_rerouter(redis, keys, stop, now_ms))
+        # One router heals at a time (a lease); the others' loops find it held and wait for the next turn.
+        healer = asyncio.create_task(run_healer(
+            settings, redis, keys, delivery_log(sources, http), consumer, stop, now_ms, metrics.healed
+        ))
         try:
             await run_router(
                 settings, redis, keys, rules_ref, stop, now_ms, self_ids=self_ids, ask=ask, consumer=consumer,
@@ -108,7 +114,7 @@ async def _route(
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(watcher, promoter, rerouter)
+                await asyncio.gather(watcher, promoter, rerouter, healer)
     finally:
         await redis.aclose()
         await http.close()
@@ -122,6 +128,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "PD_KEY_PREFIX, PI_TRIGGERS_FILE, "
         f"forge credentials ({'; '.join(f.credentials_hint for f in FORGES)}), "
         "PD_ROUTER_NAME (distinct per router on one host), PD_CLAIM_IDLE_MS, PD_MAX_DELIVERIES, "
-        "PD_EVENTS_MAXLEN.",
+        "PD_EVENTS_MAXLEN, PD_HEAL_INTERVAL_S, PD_HEAL_WINDOW_H, GITHUB_HEAL_HOOKS.",
     )
     parser.set_defaults(func=serve, service=True)

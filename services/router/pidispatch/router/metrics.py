@@ -115,6 +115,11 @@ class RouterMetrics:
             "pd_router_forge_lookups", "Forge authority lookups, by forge and result (allowed, denied, "
             "failed, cached).", ("forge", "result"), registry=registry,
         )
+        self._healed = Counter(
+            "pd_router_healed", "Redeliveries the forge accepted to send again, asked for by this router's "
+            "healer: deliveries of a stored event type in its delivery log that the receiver never stored.",
+            registry=registry,
+        )
         self._backlog = _Backlog()
         registry.register(self._backlog)
         # What a dashboard divides by exists from the start.
@@ -133,6 +138,9 @@ class RouterMetrics:
 
     def looked_up(self, forge: str, result: str) -> None:
         self._lookups.labels(forge, result).inc()
+
+    def healed(self, count: int = 1) -> None:
+        self._healed.inc(count)
 
     def backlog(self, lag: int | None, pending: int | None) -> None:
         self._backlog.lag, self._backlog.pending = lag, pending

@@ -47,6 +47,7 @@ from pidispatch.common.streams import (
 from pidispatch.forges import pipeline
 from pidispatch.router.consumer import consumer_name
 from pidispatch.router.enqueue import Enqueuer
+from pidispatch.router.heal import HealMarks
 from pidispatch.router.metrics import BACKLOG_REFRESH_S, RouterMetrics
 from pidispatch.router.trim import mark_read, mark_spacing, run_trimmer
 from pidispatch.triggers import decisions, jobs
@@ -85,8 +86,8 @@ class _Work(msgspec.Struct):
     read_at: float = msgspec.field(default_factory=time.monotonic)  # for pd_router_enqueue_seconds
 
 
-def _logging(fields: Fields, about: Subject | None) -> decisions.Logging:
-    return decisions.Logging(about or pipeline.subject_of(fields.get("event")), is_replay(fields))
+def _logging(fields: Fields, about: Subject | None, healed: bool = False) -> decisions.Logging:
+    return decisions.Logging(about or pipeline.subject_of(fields.get("event")), is_replay(fields), healed)
 
 
 def retry_after_ms(deliveries: int) -> int:
@@ -155,6 +156,7 @@ class Router:
         self.redis_health = redis_health or Health("redis_unreachable", "redis_restored")
         self.log = get_logger()
         self.enqueuer = Enqueuer(redis, keys, clock)
+        self._heal_marks = HealMarks(redis, keys)
         self._group_ready = False
         self._backlog: str | None = "0"  # cursor through our own pending entries; None once drained
         self._claim_cursor = "0-0"
@@ -404,11 +406,13 @@ class Router:
         if not work:
             return
         now, page = self.clock(), decisions.Page()
-        for w in work:
+        named = [(w.event.forge, w.event.delivery) if w.event else
+                 (w.fields.get("forge", "?"), w.fields.get("delivery", "?")) for w in work]
+        # The healer's record of what it asked for: one ZMSCORE a page marks a redelivered decision.
+        marks = await self._heal_marks.of([f"{forge}:{delivery}" for forge, delivery in named])
+        for w, (forge, delivery), mark in zip(work, named, marks, strict=True):
             assert w.outcome is not None
-            forge = w.event.forge if w.event else w.fields.get("forge", "?")
-            delivery = w.event.delivery if w.event else w.fields.get("delivery", "?")
-            log = _logging(w.fields, w.subject)
+            log = _logging(w.fields, w.subject, mark)
             decisions.record(page, self.keys, forge, delivery, w.entry_id, w.outcome, now, log)
             if w.outcome.outcome != "pending":
                 page.acked.append(w.entry_id)

@@ -34,6 +34,8 @@ class GithubForge(msgspec.Struct, frozen=True, kw_only=True):
     app_private_key: Secret[str] | None = None  # PEM text, from GITHUB_APP_PRIVATE_KEY
     app_private_key_path: str | None = None  # read when first needed (github_auth), never logged
     self_id: int | None = None
+    # GITHUB_HEAL_HOOKS: the repository webhooks whose delivery logs the healer reads, (owner/repo, hook id).
+    heal_hooks: tuple[tuple[str, int], ...] = ()
 
     @property
     def configured(self) -> bool:
@@ -57,12 +59,36 @@ def _pem(raw: str) -> Secret[str]:
     return Secret(text.strip() + "\n")
 
 
+# ``owner/repo:hook_id``: GitHub's owner and repository name characters, a positive hook id.
+HEAL_HOOK_RE = re.compile(r"^([A-Za-z0-9-]{1,39}/[A-Za-z0-9._-]{1,100}):([1-9][0-9]{0,15})$")
+
+
+def heal_hooks(env: Mapping[str, str], source: str | None) -> tuple[tuple[str, int], ...]:
+    """``GITHUB_HEAL_HOOKS=owner/repo:hook_id[,...]``: each hook once, read with GitHub's credentials."""
+    raw = get(env, "GITHUB_HEAL_HOOKS")
+    if raw is None:
+        return ()
+    if source is None:
+        raise ConfigError("GITHUB_HEAL_HOOKS is set but GITHUB_AUTH_SOURCE is not; accepted: gh, pat or app "
+                          "credentials that may read the hooks' deliveries")
+    hooks: list[tuple[str, int]] = []
+    for item in (part.strip() for part in raw.split(",")):
+        m = HEAL_HOOK_RE.match(item)
+        if m is None:
+            raise ConfigError(f"GITHUB_HEAL_HOOKS entry {item!r} is refused; accepted: "
+                              "owner/repo:hook_id[,owner/repo:hook_id...]")
+        if (hook := (m.group(1), int(m.group(2)))) not in hooks:
+            hooks.append(hook)
+    return tuple(hooks)
+
+
 def load(env: Mapping[str, str]) -> GithubForge:
     api_url = http_url("GITHUB_API_URL", get(env, "GITHUB_API_URL") or GITHUB_API_DEFAULT)
     source = get(env, "GITHUB_AUTH_SOURCE")
     if source is not None and source not in AUTH_SOURCES:
         raise ConfigError(f"GITHUB_AUTH_SOURCE={source!r} is refused; accepted: gh, pat, app")
     self_id = positive_id(env, "GITHUB_SELF_ID")
+    hooks = heal_hooks(env, source)
 
     pat_var_raw = get(env, "GITHUB_PAT_VAR")
     if pat_var_raw is not None and source != "pat":
@@ -87,7 +113,8 @@ def load(env: Mapping[str, str]) -> GithubForge:
         if present:
             raise ConfigError(f"{present[0]} is set but GITHUB_AUTH_SOURCE is not app; accepted: "
                               "GITHUB_AUTH_SOURCE=app, or unset the GITHUB_APP_* variables")
-        return GithubForge(api_url=api_url, auth_source=source, pat_var=pat_var, pat=pat, self_id=self_id)
+        return GithubForge(api_url=api_url, auth_source=source, pat_var=pat_var, pat=pat, self_id=self_id,
+                           heal_hooks=hooks)
 
     app_id = get(env, "GITHUB_APP_ID")
     if app_id is None or not APP_ID_RE.match(app_id):
@@ -106,7 +133,7 @@ def load(env: Mapping[str, str]) -> GithubForge:
         installation_id=installation_id,
         app_private_key=_pem(key_raw) if key_raw is not None else None,
         app_private_key_path=os.path.expanduser(key_path) if key_path is not None else None,
-        self_id=self_id,
+        self_id=self_id, heal_hooks=hooks,
     )
 
 
