@@ -13,6 +13,7 @@ from pidispatch.common.devstate import (
     DevState,
     apply,
     merge,
+    not_here,
     remove_state,
     write_state,
 )
@@ -84,3 +85,14 @@ def test_credentials_dev_made_are_kept_for_its_verbs_an_operators_never(tmp_path
     apply(environ, tmp_path, io.StringIO())
     assert environ == {"REDIS_URL": "redis://127.0.0.1:4000/0", "WEBHOOK_SECRET": "s" * 20,
                        "GITHUB_AUTH_SOURCE": "app"}  # a set variable still wins
+
+
+def test_a_verb_that_found_nothing_says_no_dev_runs_here_only_when_it_looked_at_the_defaults(
+    tmp_path: Path,
+) -> None:
+    assert "cd to the folder where ./scripts/dev runs" in (not_here({}, tmp_path) or "")
+    assert not_here({"REDIS_URL": "redis://r:6379/0"}, tmp_path) is None
+    assert not_here({"REDIS_SENTINELS": "s:26379"}, tmp_path) is None
+    (tmp_path / STATE_DIR).mkdir()
+    (tmp_path / STATE_DIR / STATE_FILE).write_text("{}")
+    assert not_here({}, tmp_path) is None

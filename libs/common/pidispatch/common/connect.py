@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from redis.exceptions import AuthenticationError, RedisError
 
+from pidispatch.common.devstate import not_here
 from pidispatch.common.envnames import REDIS_VARS
 from pidispatch.common.errors import InfraError
 from pidispatch.common.redis import Redis, auth_refused, redis_for, redis_where
@@ -23,6 +25,15 @@ def redis_settings() -> Settings:
     return load_settings({k: os.environ[k] for k in _SETTINGS_VARS if k in os.environ})
 
 
+def unreachable(settings: Settings, error: str, consequence: str) -> InfraError:
+    """Exit 1 for a Redis that did not answer: where it was looked for, and, when that was only the
+    default, that no dev runs here either."""
+    hint = not_here(os.environ, Path.cwd())
+    where = redis_where(settings)
+    tail = f"; {hint}" if hint else ""
+    return InfraError(f"Redis at {where} did not answer ({error}); {consequence}{tail}")
+
+
 @contextlib.asynccontextmanager
 async def connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]:
     redis = redis_for(settings)
@@ -31,7 +42,6 @@ async def connected(settings: Settings, on_failure: str) -> AsyncIterator[Redis]
     except AuthenticationError:
         raise auth_refused(settings.redis_url) from None
     except (RedisError, OSError) as exc:
-        where = redis_where(settings)
-        raise InfraError(f"Redis at {where} did not answer ({type(exc).__name__}); {on_failure}") from None
+        raise unreachable(settings, type(exc).__name__, on_failure) from None
     finally:
         await redis.aclose()

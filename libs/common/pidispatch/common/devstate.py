@@ -96,6 +96,17 @@ def apply(environ: MutableMapping[str, str], cwd: Path, err: TextIO = sys.stderr
     environ.update(added)
 
 
+def not_here(environ: Mapping[str, str], cwd: Path) -> str | None:
+    """Why a verb found no deployment, when it looked only at the defaults: no Redis variable is set and no
+    dev runs in ``cwd``. The sentence says what to do; None when the operator named a Redis."""
+    if any(environ.get(name) for name in (*REDIS_VARS, "REDIS_SENTINELS")):
+        return None
+    if (cwd / STATE_DIR / STATE_FILE).exists():
+        return None
+    return (f"no pi-dispatch dev runs in this folder (no {STATE_DIR}/{STATE_FILE} here) and REDIS_URL is not "
+            "set: cd to the folder where ./scripts/dev runs, or set REDIS_URL")
+
+
 def write_state(
     state_dir: Path, env: Mapping[str, str], pid: int, own: Collection[str] = ()
 ) -> Path:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from pidispatch.common.connect import unreachable
 from pidispatch.common.healsettings import HealSettings
 from pidispatch.common.settings import Settings
 from pidispatch.common.table import aligned
@@ -79,8 +80,7 @@ async def heal_command(args: argparse.Namespace) -> int:
     except AuthenticationError:
         raise auth_refused(settings.redis_url) from None
     except (RedisError, OSError) as exc:
-        raise InfraError(f"Redis at REDIS_URL did not answer ({type(exc).__name__}); the pass stopped"
-                         ) from None
+        raise unreachable(settings, type(exc).__name__, "the pass stopped") from None
     finally:
         await redis.aclose()
         await http.close()

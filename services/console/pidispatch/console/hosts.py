@@ -7,7 +7,7 @@ import sys
 
 import msgspec
 
-from pidispatch.common.errors import InfraError
+from pidispatch.common.connect import unreachable
 from pidispatch.common.keys import ROUTE_FRESH_MS, Keys
 from pidispatch.common.registry import HostRow, RegistryUnreachable, read_live_hosts
 from pidispatch.common.runtime import now_ms
@@ -39,7 +39,7 @@ async def hosts_command(args: argparse.Namespace) -> int:
     try:
         hosts = await read_live_hosts(redis, Keys(settings.key_prefix), now_ms())
     except RegistryUnreachable as exc:
-        raise InfraError(f"Redis at REDIS_URL did not answer the registry read ({exc.reason})") from None
+        raise unreachable(settings, exc.reason, "the registry was not read") from None
     finally:
         await redis.aclose()
     if args.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pidispatch.common.connect import unreachable
 from pidispatch.common.keys import Keys
 from pidispatch.common.redis import Redis
 
@@ -32,7 +33,7 @@ async def pause_command(args: argparse.Namespace) -> int:
     from redis.exceptions import AuthenticationError
 
     from pidispatch.common.configsyntax import WORKER_NAME_RE
-    from pidispatch.common.errors import ConfigError, InfraError
+    from pidispatch.common.errors import ConfigError
     from pidispatch.common.keys import Keys
     from pidispatch.common.redis import auth_refused, redis_for
     from pidispatch.common.settings import load_settings
@@ -56,9 +57,7 @@ async def pause_command(args: argparse.Namespace) -> int:
     except AuthenticationError:
         raise auth_refused(settings.redis_url) from None
     except Exception as exc:
-        raise InfraError(
-            f"Redis at REDIS_URL did not answer ({type(exc).__name__}); nothing changed"
-        ) from None
+        raise unreachable(settings, type(exc).__name__, "nothing changed") from None
     finally:
         await redis.aclose()
     scope = args.host or "fleet"

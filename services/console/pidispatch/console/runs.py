@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
-from pidispatch.common import runtime
+from pidispatch.common import devstate, runtime
 from pidispatch.common.keys import Keys
 from pidispatch.common.models import RunRecord
 from pidispatch.common.redis import redis_for
@@ -145,7 +147,12 @@ async def runs_command(args: argparse.Namespace) -> int:
         # A script gets valid JSON even when nothing ran yet, and reads ``degraded`` instead of a note.
         print(render_json(view))
         return 0
-    note = degraded_note(view.degraded, args.limit)
+    cwd = Path.cwd()
+    # dev runs one unnamed worker: no fleet to mirror, so saying the mirror is off there is noise.
+    beside_dev = (cwd / devstate.STATE_DIR / devstate.STATE_FILE).exists()
+    note = None if beside_dev and view.degraded == DEGRADED_OFF else degraded_note(view.degraded, args.limit)
+    if not view.runs:
+        note = devstate.not_here(os.environ, cwd) or note
     if note:
         print(note, file=sys.stderr)  # stderr: the table on stdout stays the data
     print(render_table(view.runs))

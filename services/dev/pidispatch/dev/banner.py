@@ -42,6 +42,11 @@ def _model_line(env: dict[str, str], standin: bool) -> str:
     return f"{named} at {env['PI_MODEL_BASE_URL']}" if env.get("PI_MODEL_BASE_URL") else named
 
 
+def _bind_note(env: dict[str, str]) -> str:
+    bind = env.get("RECEIVER_BIND", "127.0.0.1")
+    return "" if bind == "127.0.0.1" else f" (listening on {bind}: reachable from other machines)"
+
+
 def _egress_line(env: dict[str, str]) -> str:
     if env.get("PI_EGRESS") == "0":
         return (f"off: jobs reach the whole network (build the filter once: {cli_path()} egress-image build, "
@@ -72,7 +77,7 @@ def print_banner(
     print(
         "\n"
         "pi-dispatch dev is running. Ctrl-C stops everything.\n"
-        f"  webhook URL  {url}\n"
+        f"  webhook URL  {url}{_bind_note(env)}\n"
         f"  triggers     {env['PI_TRIGGERS_FILE']}\n"
         f"  run records  {logs_dir}\n"
         f"  job image    {env['PI_JOB_IMAGE']}\n"

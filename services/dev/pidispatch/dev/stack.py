@@ -222,6 +222,8 @@ def _prepare_env(state: Path, env: dict[str, str]) -> dict[str, str]:
     env.setdefault("PI_LOGS_DIR", str(state / "logs"))
     env.setdefault("PI_JOBS_DIR", str(state / "jobs"))
     env.setdefault("PD_SPOOL_DIR", str(state / "spool"))
+    # One machine's demo: the receiver listens where the banner's URL says (RECEIVER_BIND=0.0.0.0 opens it).
+    env.setdefault("RECEIVER_BIND", "127.0.0.1")
     # Ctrl-C must leave no container behind within the stop budget: no grace for running jobs.
     env.setdefault("PI_SHUTDOWN_GRACE", "0")
     # The demo agent's output (what it saw in /workspace) lands beside its record.
