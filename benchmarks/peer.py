@@ -32,6 +32,7 @@ from receiver import (
     Broken,
     Target,
     check_alive,
+    cpu_s,
     deployment,
     load_payload,
     signed_headers,
@@ -58,6 +59,17 @@ def hooks_file(directory: Path) -> Path:
     return path
 
 
+async def settled(timeout_s: float = 60.0, idle_cores: float = 0.3) -> None:
+    """Until the machine is quiet again: the peer runs its command after answering, and what a round left
+    running would take the next round's CPU (measured here: the receiver at a quarter of its rate right
+    after the peer's round when it did not wait)."""
+    for _ in range(int(timeout_s / 0.5)):
+        before = cpu_s()
+        await asyncio.sleep(0.5)
+        if (cpu_s() - before) / 0.5 < idle_cores:
+            return
+
+
 async def rounds(
     args: argparse.Namespace, body: bytes, targets: dict[str, tuple[Target, int]], headers: Headers
 ) -> dict[str, list[float]]:
@@ -81,6 +93,7 @@ async def rounds(
                     raise Broken(f"{name}: {bad} answers not {status}: {dict(result.statuses)}")
                 rates[name].append(result.rate)
                 print(f"  round {i + 1} {name:<9} {result.rate:8.0f} req/s", flush=True)
+                await settled()
     return rates
 
 
