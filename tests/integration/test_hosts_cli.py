@@ -59,11 +59,12 @@ async def test_hosts_lists_every_row_marks_stale_ones_and_prunes_expired_members
     assert not await redis.sismember(keys.hosts, "gone")
 
     assert await run("hosts") == 0
-    header, line1, line2 = run.out.strip().splitlines()
+    header, line1, line2, _, shared = run.out.strip().splitlines()
     assert header.split() == ["NAME", "BEAT", "ROUTES", "RUNNING", "VERSION", "CAPS"]
     assert line1.split()[0] == "mini1" and line1.split()[2:] == ["yes", "1/3", "0.1.0", "s:prod,w:jira"]
-    assert line2.split()[0] == "mini2" and line2.split()[2:] == ["no", "0/2", "0.1.0", "-", "stale"]
+    assert line2.split()[0] == "mini2" and line2.split()[2:] == ["shared", "0/2", "0.1.0", "-", "stale"]
     assert line2.split()[1].endswith("s") and 60 <= int(line2.split()[1][:-1]) < 90
+    assert shared.startswith("shared: no declared PI_WORKER_NAME")
     assert "/home/op" not in run.out
 
 

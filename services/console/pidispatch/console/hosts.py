@@ -55,8 +55,12 @@ async def hosts_command(args: argparse.Namespace) -> int:
         load = f"{_n(h.running)}/{_n(h.concurrency)}"
         caps = ",".join(sorted(h.caps)) or "-"
         mark = "  stale" if _stale(h) else ""
-        print(f"{h.name:<{width}}  {beat:>6}  {'yes' if h.routes else 'no':<6}  {load:<7}  "
+        print(f"{h.name:<{width}}  {beat:>6}  {'yes' if h.routes else 'shared':<6}  {load:<7}  "
               f"{(h.version or '-'):<10}  {caps}{mark}")
+    if any(not h.routes for h in hosts):
+        # "no" read as broken: such a worker (dev's, one host) is fine, it takes every job from one stream.
+        print("\nshared: no declared PI_WORKER_NAME, so no stream of its own: it takes jobs from the shared "
+              "stream, and a job that needs a capability is routed to a named host instead")
     return 0
 
 

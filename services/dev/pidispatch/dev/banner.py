@@ -83,10 +83,7 @@ def print_banner(
         f"  job image    {env['PI_JOB_IMAGE']}\n"
         f"  model        {_model_line(env, model_standin)}\n"
         f"  egress       {_egress_line(env)}\n"
-        f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
-        f"{curl}\n\n"
-        "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
-        f"with flow 'demo' once per 10 minutes. `{fresh}` prints a fresh delivery.\n"
+        + _demo_lines(env, state, curl, fresh)
         + (f"Watch Redis (the last 20 decisions, the jobs, who holds them):\n{watch}" if watch else "")
         + "Ask why a delivery did or did not fire, and see the runs, from another terminal:\n"
         + _where_line(env, state)
@@ -96,6 +93,21 @@ def print_banner(
         f"  {cli} status\n"
         f"  {cli} doctor\n",
         flush=True,
+    )
+
+
+def _demo_lines(env: dict[str, str], state: Path, curl: str, fresh: str) -> str:
+    """The signed demo delivery, when the rules in force are dev's sample (whose rule it fires); with the
+    operator's own file (an ``init`` folder's) it would be dropped, so the banner says that instead."""
+    if env["PI_TRIGGERS_FILE"] != str(state / "triggers.json"):
+        return (f"\nThe rules are your own (PI_TRIGGERS_FILE): the demo delivery (a {DEMO_FORGE.display} "
+                f"'issues labeled {DEMO_LABEL}')\nfires only if one of them takes that label. `{fresh}` "
+                "prints it, signed.\n")
+    return (
+        f"\nFire the sample rule (a {DEMO_FORGE.display} 'issues labeled {DEMO_LABEL}' delivery, signed):\n\n"
+        f"{curl}\n\n"
+        "Pasting it again creates no second job: the delivery id counts once for 31 days, and issue #1\n"
+        f"with flow 'demo' once per 10 minutes. `{fresh}` prints a fresh delivery.\n"
     )
 
 
