@@ -106,7 +106,7 @@ def flush_quietly() -> None:
 # The verbs that read a deployment: run in a `pi-dispatch dev` folder, they find that dev (devstate).
 DEV_STATE_VERBS = frozenset({
     "events", "explain", "replay", "hosts", "pause", "resume", "cancel", "status", "run", "runs", "schedules",
-    "waits", "doctor", "web", "triggers",
+    "waits", "doctor", "web", "triggers", "heal",
 })
 
 
