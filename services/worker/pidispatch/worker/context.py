@@ -17,7 +17,6 @@ from pidispatch.common.redis import Redis
 from pidispatch.common.replication import Replicas, ReplicaShortfall
 from pidispatch.common.runtime import EpochMsClock
 from pidispatch.common.settings import Settings
-from pidispatch.common.streams import wire
 from pidispatch.forges.api import MakeClient
 from pidispatch.forges.config import ForgeConfig, load_forge_config
 from pidispatch.worker.egress.proxy import EgressProxy
@@ -84,30 +83,24 @@ class Held:
     job_id: str | None = None
 
 
-async def set_state(ctx: WorkerContext, job_id: str, **fields: str) -> None:
-    """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run."""
-    key = ctx.keys.job(job_id)
-    try:
-        async with ctx.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=wire(fields))
-            pipe.expire(key, JOB_STATE_TTL_S)
-            await pipe.execute()
-        ctx.redis_health.ok()
-    except RedisError as exc:
-        ctx.redis_health.failed(reason=type(exc).__name__)
+# For state no failover may lose less than the replicas' copy of: written, not waited for.
+_UNHELD = Replicas()
 
 
-async def mark_launching(ctx: WorkerContext, job_id: str) -> None:
-    """``state=launching`` just before the container starts, held by the replicas first: a failover that
-    lost it (and this worker's hold on the entry with it) would let the job be read and run again.
+async def set_state(ctx: WorkerContext, job_id: str, *, held: bool = False, **fields: str) -> None:
+    """Live state in ``pd:job:<id>``: best effort, a Redis outage must not fail a paid run.
 
-    Best effort like ``set_state``; past ``PD_REPLICA_ACK_TIMEOUT_MS`` the start goes ahead with a warning
-    (the primary holds it; with no replica up to date there is nothing a failover could promote).
+    ``held``: the replicas (``PD_REPLICA_ACKS``) hold it before this returns, for ``state=launching`` just
+    before a container starts: a failover that lost it (and this worker's hold on the entry with it) would
+    let the job be read and run again. Past ``PD_REPLICA_ACK_TIMEOUT_MS`` the start goes ahead with a
+    warning (the primary holds it; with no replica up to date there is nothing a failover could promote).
     """
     key = ctx.keys.job(job_id)
+    pairs = [part for field_value in fields.items() for part in field_value]
     try:
-        await ctx.replicas.written(
-            ctx.redis, ("HSET", key, "state", "launching"), ("EXPIRE", key, JOB_STATE_TTL_S)
+        # MULTI/EXEC by hand: the WAIT after them must go down the same connection.
+        await (ctx.replicas if held else _UNHELD).written(
+            ctx.redis, ("MULTI",), ("HSET", key, *pairs), ("EXPIRE", key, JOB_STATE_TTL_S), ("EXEC",)
         )
         ctx.redis_health.ok()
     except ReplicaShortfall as short:

@@ -23,7 +23,7 @@ from pidispatch.common.models import Job, job_from_fields
 from pidispatch.common.outcome import JobConfigRefused, JobRefusal
 from pidispatch.forges import FORGES
 from pidispatch.forges.api import Tip, forge_api
-from pidispatch.worker.context import Held, WorkerContext, mark_launching, set_state
+from pidispatch.worker.context import Held, WorkerContext, set_state
 from pidispatch.worker.cron.firings import previous_run_at
 from pidispatch.worker.egress.proxy import EgressRefused
 from pidispatch.worker.egress.rules import job_env
@@ -209,7 +209,7 @@ async def _spend(
         await set_state(ctx, job.id, state="running", container=container_id)
 
     crash_point("worker_before_launch")
-    await mark_launching(ctx, job.id)
+    await set_state(ctx, job.id, held=True, state="launching")
     crash_point("worker_after_launching")
     launched = time.monotonic()
     try:
