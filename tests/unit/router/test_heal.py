@@ -97,7 +97,7 @@ async def test_a_pass_asks_once_remembers_having_asked_and_a_second_asks_nothing
     log = StubLog([page], [])
     report = await _healer(redis, keys, log, counted).run_pass("router-a", asyncio.Event())
     assert log.asked == [3, 2] and report.asked == 2 and sum(counted) == 2
-    marks = await HealMarks(redis, keys).of([identity("g3"), identity("g2"), identity("g1")])
+    marks = await HealMarks(redis, keys).of([("github", "g3"), ("github", "g2"), ("github", "g1")])
     assert marks == [True, True, False]
     assert 0 < await redis.pttl(keys.heal_asked) <= 24 * 3_600_000
     again = await _healer(redis, keys, StubLog([page], [])).run_pass("router-a", asyncio.Event())
@@ -117,7 +117,7 @@ async def test_a_refused_delivery_is_not_asked_again_but_a_failed_ask_is(redis: 
     report = await _healer(redis, keys, log).run_pass("router-a", asyncio.Event())
     part = report.sources[0]
     assert log.asked == [5, 4] and (part.gone, part.asked, part.error) == (1, 0, "rate-limited")
-    assert await HealMarks(redis, keys).of([identity("gone"), identity("later")]) == [True, False]
+    assert await HealMarks(redis, keys).of([("github", "gone"), ("github", "later")]) == [True, False]
 
 
 async def test_low_rate_limit_stops_the_pass_before_the_next_request(redis: Redis, keys: Keys) -> None:
@@ -128,9 +128,9 @@ async def test_low_rate_limit_stops_the_pass_before_the_next_request(redis: Redi
 
 async def test_marks_cost_no_command_a_page_while_nothing_was_asked(redis: Redis, keys: Keys) -> None:
     marks = HealMarks(redis, keys)
-    assert await marks.of([identity("g1")]) == [False]  # reads EXISTS once
+    assert await marks.of([("github", "g1")]) == [False]  # reads EXISTS once
     await redis.zadd(keys.heal_asked, {identity("g1"): 1})
     before = (await redis.info("commandstats")).get("cmdstat_zmscore", {}).get("calls", 0)
-    assert await marks.of([identity("g1")]) == [False]  # within the second: still known absent
+    assert await marks.of([("github", "g1")]) == [False]  # within the second: still known absent
     after = (await redis.info("commandstats")).get("cmdstat_zmscore", {}).get("calls", 0)
     assert after == before

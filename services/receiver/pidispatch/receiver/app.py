@@ -254,8 +254,12 @@ class Receiver:
         if isinstance(appended, str):
             self._log.warning("enqueue_failed", forge=name, delivery=delivery, error=appended)
             return self._refuse(name, event, delivery, arm.table.enqueue_failed, "failed", previous)
+        return self._kept(record, appended, previous)
+
+    def _kept(self, record: Record, appended: bool, previous: bool) -> web.Response:
+        """202 for a delivery Redis holds: appended now, or a duplicate of one it holds."""
         outcome = "accepted" if appended else "duplicate"
-        self._log_delivery(name, event, delivery, 202, outcome, previous=previous)
+        self._log_delivery(record.forge, record.event, record.delivery, 202, outcome, previous=previous)
         return json_response(202, _ACCEPTED if appended else _DUPLICATE)
 
     async def _unreplicated(
@@ -269,10 +273,7 @@ class Receiver:
         # No second copy could be kept: it is on the primary all the same, so the answer stays 202.
         self._log.warning("replica_ack_short", forge=record.forge, delivery=record.delivery,
                           held=short.held, wanted=short.wanted)
-        appended = short.replies[0] is not None
-        self._log_delivery(record.forge, record.event, record.delivery, 202,
-                           "accepted" if appended else "duplicate", previous=previous)
-        return json_response(202, _ACCEPTED if appended else _DUPLICATE)
+        return self._kept(record, short.replies[0] is not None, previous)
 
     async def _append(self, record: Record) -> bool | str | ReplicaShortfall:
         """True appended, False a duplicate; the error's class name when Redis did not take it in time;

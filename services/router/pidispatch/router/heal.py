@@ -264,15 +264,15 @@ class HealMarks:
         self._checked = -HEAL_MARKS_RECHECK_S
         self._exists = False
 
-    async def of(self, identities: Sequence[str]) -> list[bool]:
-        """For each ``<forge>:<delivery>``, whether the healer asked for it."""
+    async def of(self, named: Sequence[tuple[str, str]]) -> list[bool]:
+        """For each (forge, delivery), whether the healer asked for it."""
         now = time.monotonic()
         if now - self._checked >= HEAL_MARKS_RECHECK_S:
             self._exists = bool(await self._redis.exists(self._keys.heal_asked))
             self._checked = now
-        if not identities or not self._exists:
-            return [False] * len(identities)
-        scores = await self._redis.zmscore(self._keys.heal_asked, list(identities))
+        if not named or not self._exists:
+            return [False] * len(named)
+        scores = await self._redis.zmscore(self._keys.heal_asked, [f"{f}:{d}" for f, d in named])
         return [score is not None for score in scores]
 
 

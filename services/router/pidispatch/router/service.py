@@ -409,7 +409,7 @@ class Router:
         named = [(w.event.forge, w.event.delivery) if w.event else
                  (w.fields.get("forge", "?"), w.fields.get("delivery", "?")) for w in work]
         # The healer's record of what it asked for: one ZMSCORE a page marks a redelivered decision.
-        marks = await self._heal_marks.of([f"{forge}:{delivery}" for forge, delivery in named])
+        marks = await self._heal_marks.of(named)
         for w, (forge, delivery), mark in zip(work, named, marks, strict=True):
             assert w.outcome is not None
             log = _logging(w.fields, w.subject, mark)
