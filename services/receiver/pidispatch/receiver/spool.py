@@ -153,20 +153,16 @@ class Spool:
         delay = SPOOL_RETRY_BASE_S
         unheld: list[tuple[Record, bool]] = []  # in Redis, not yet held by its replicas
         while True:
-            if self._read >= self._end and unheld:
-                assert confirm is not None
-                if await _confirmed(confirm, on_failed):
+            if self._read >= self._end:  # read through: confirm what waits for it, else wait for more
+                if not unheld:
+                    await self._truncate_if_drained()
+                    await self._next_write(None)
+                elif confirm is not None and await _confirmed(confirm, on_failed):
                     self._release(unheld, on_drained)
                     delay = SPOOL_RETRY_BASE_S
                 else:
                     await self._next_write(delay)
                     delay = min(delay * 2, SPOOL_RETRY_CAP_S)
-                continue
-            if self._read >= self._end:
-                await self._truncate_if_drained()
-                self._committed.clear()
-                if self._read >= self._end:
-                    await self._committed.wait()
                 continue
             records = await asyncio.to_thread(read_records, self._fd, self._read, self._end)
             if not records:  # written whole and fsynced: the disk damaged it since
@@ -197,8 +193,8 @@ class Spool:
             on_drained(record, appended)
         records.clear()
 
-    async def _next_write(self, timeout: float) -> None:
-        """Until a record is written, or ``timeout``."""
+    async def _next_write(self, timeout: float | None) -> None:
+        """Until a record is written (at once when one came meanwhile), or ``timeout``."""
         self._committed.clear()
         if self._read >= self._end:
             with contextlib.suppress(TimeoutError):
