@@ -35,6 +35,11 @@ def read_int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) 
     return value
 
 
+def read_optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+    """An integer variable in ``lo..hi``; None when unset or blank (the feature it sets is off)."""
+    return None if not (env.get(name) or "").strip() else read_int(env, name, 0, lo, hi)
+
+
 def parse_profiles(name: str, raw: str | None, *, what: str = "resolver") -> tuple[tuple[str, str], ...]:
     """``name:/abs/path,name2:/abs/path2``: each entry split on its first colon."""
     raw = raw.strip() if raw is not None else None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from pidispatch.common.configsyntax import read_int
+from pidispatch.common.configsyntax import read_int, read_optional_int
 from pidispatch.common.keys import HEAL_WINDOW_DEFAULT_H, HEAL_WINDOW_MAX_H
 
 # A pass reads up to a window of log pages and paces its requests: more often than this is no faster.
@@ -32,8 +32,7 @@ class HealSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 def load_heal_settings(env: Mapping[str, str]) -> HealSettings:
     """``PD_HEAL_INTERVAL_S`` (unset: off; 60 to a day) and ``PD_HEAL_WINDOW_H`` (1 to 72, default 24)."""
-    interval = read_int(env, "PD_HEAL_INTERVAL_S", 0, INTERVAL_MIN_S, 86_400)  # 0: unset, off
     return HealSettings(
-        interval_s=interval or None,
+        interval_s=read_optional_int(env, "PD_HEAL_INTERVAL_S", INTERVAL_MIN_S, 86_400),
         window_h=read_int(env, "PD_HEAL_WINDOW_H", HEAL_WINDOW_DEFAULT_H, 1, HEAL_WINDOW_MAX_H),
     )

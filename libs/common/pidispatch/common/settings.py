@@ -27,6 +27,7 @@ from pidispatch.common.configsyntax import (
     parse_program_path,
     parse_usd,
     read_int,
+    read_optional_int,
     url_carries_password,
 )
 from pidispatch.common.cronpattern import MIN_INTERVAL_DEFAULT_S
@@ -147,7 +148,7 @@ def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> i
 
 
 def _optional_int(env: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
-    return None if _get(env, name) is None else _int(env, name, 0, lo, hi)
+    return read_optional_int(env, name, lo, hi)
 
 
 def default_jobs_dir() -> str:
@@ -298,15 +299,15 @@ def _redis_password(env: Mapping[str, str], redis_url: str) -> Secret[str] | Non
     """The first of ``VALKEY_PASSWORD``, ``REDIS_PASSWORD`` that is not blank, taken as written (a password
     may hold spaces). Beside a URL that carries a password too it is refused: neither would be sure to win."""
     for name in REDIS_PASSWORD_VARS:
-        value = env.get(name)
-        if value is None or not value.strip():
+        secret = _secret(env, name)
+        if secret is None:
             continue
         if url_carries_password(redis_url):
             url_var = "REDIS_URL" if _get(env, "REDIS_URL") else "VALKEY_URL"
             raise ConfigError(
                 f"{url_var} carries a password and {name} is set too; accepted: the password in one of them"
             )
-        return Secret(value)
+        return secret
     return None
 
 
