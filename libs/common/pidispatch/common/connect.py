@@ -11,12 +11,12 @@ from pathlib import Path
 from redis.exceptions import AuthenticationError, RedisError
 
 from pidispatch.common.devstate import not_here
-from pidispatch.common.envnames import REDIS_VARS
+from pidispatch.common.envnames import REDIS_SETTINGS_VARS
 from pidispatch.common.errors import InfraError
 from pidispatch.common.redis import Redis, auth_refused, redis_for, redis_where
 from pidispatch.common.settings import Settings, load_settings
 
-_SETTINGS_VARS = (*REDIS_VARS, "PD_KEY_PREFIX")
+_SETTINGS_VARS = (*REDIS_SETTINGS_VARS, "PD_KEY_PREFIX")
 
 
 def redis_settings() -> Settings:

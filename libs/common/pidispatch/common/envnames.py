@@ -40,7 +40,7 @@ RUNNER_INTERNAL_VARS = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
 # The Redis password for a URL without one, in the order they are read (the first set one wins).
 REDIS_PASSWORD_VARS = ("VALKEY_PASSWORD", "REDIS_PASSWORD")
 # Every variable that says where Redis is and how writes to it are held (common.settings' store part).
-REDIS_VARS = (
+REDIS_SETTINGS_VARS = (
     "REDIS_URL", "VALKEY_URL", *REDIS_PASSWORD_VARS, "REDIS_SENTINELS", "REDIS_SENTINEL_MASTER",
     "REDIS_SENTINEL_PASSWORD", "PD_REPLICA_ACKS", "PD_REPLICA_ACK_TIMEOUT_MS",
 )
