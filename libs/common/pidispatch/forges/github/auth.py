@@ -112,7 +112,8 @@ def api_headers(token: str) -> dict[str, str]:
     }
 
 
-def _expiry_ms(raw: Any) -> int | None:
+def time_ms(raw: object) -> int | None:
+    """A GitHub API time (``2026-12-03T07:57:31Z``) as epoch ms; None for anything else."""
     if not isinstance(raw, str):
         return None
     try:
@@ -266,7 +267,7 @@ class GithubAuth:
         if not isinstance(data, dict):
             raise GithubAuthUnavailable("bad-json")
         token = require_token(data.get("token"), "the installation token mint")
-        return token, _expiry_ms(data.get("expires_at"))
+        return token, time_ms(data.get("expires_at"))
 
     def _remember(self, key: tuple[str | None, tuple[tuple[str, str], ...]], token: Secret[str],
                   expires: int) -> None:

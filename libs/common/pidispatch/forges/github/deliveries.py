@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncGenerator, Mapping
-from datetime import datetime
 from urllib.parse import parse_qs, quote, urlsplit
 
 import aiohttp
 import msgspec
 
 from pidispatch.common.keys import HEAL_PAGE, HEAL_PAUSE_MAX_S, HEAL_TIMEOUT_S
-from pidispatch.forges.github.auth import GithubAuth, GithubAuthRefused, GithubAuthUnavailable, api_headers
+from pidispatch.forges.github.auth import (
+    GithubAuth,
+    GithubAuthRefused,
+    GithubAuthUnavailable,
+    api_headers,
+    time_ms,
+)
 from pidispatch.forges.github.config import GithubForge
 from pidispatch.forges.http import BadBody, Unreachable, call, is_transient_status
 
@@ -69,15 +74,6 @@ def sources_of(config: GithubForge) -> tuple[LogSource, ...]:
     return tuple(found)
 
 
-def _epoch_ms(raw: object) -> int | None:
-    if not isinstance(raw, str):
-        return None
-    try:
-        return int(datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
-
-
 def parse_page(body: object) -> list[LoggedDelivery]:
     """Pure: the items of one page GitHub documents, in its order; an item missing a field it must have
     is skipped (a page is never refused for one odd item)."""
@@ -88,7 +84,7 @@ def parse_page(body: object) -> list[LoggedDelivery]:
         if not isinstance(item, dict):
             continue
         ident, guid, event = item.get("id"), item.get("guid"), item.get("event")
-        at, code = _epoch_ms(item.get("delivered_at")), item.get("status_code")
+        at, code = time_ms(item.get("delivered_at")), item.get("status_code")
         if (not isinstance(ident, int) or isinstance(ident, bool) or not isinstance(guid, str) or not guid
                 or not isinstance(event, str) or at is None):
             continue
