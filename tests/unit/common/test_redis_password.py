@@ -14,7 +14,7 @@ from pidispatch.common.configsyntax import url_carries_password
 from pidispatch.common.connect import redis_settings
 from pidispatch.common.envnames import parse_forward_env
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.redis import check_redis_auth, create_redis, redis_location
+from pidispatch.common.redis import check_redis_auth, create_redis, redis_for, redis_location
 from pidispatch.common.secret import Secret
 from pidispatch.common.settings import load_settings
 from tests.support.processes import RedisProcess
@@ -131,3 +131,17 @@ async def test_a_redis_that_is_down_is_left_to_the_outage_handling() -> None:
         await check_redis_auth(down, "redis://127.0.0.1:1/0")  # returns: the service waits for it
     finally:
         await down.aclose()
+
+
+async def test_behind_sentinels_the_url_gives_all_but_the_server() -> None:
+    settings = load_settings({
+        "REDIS_SENTINELS": "s1:26379", "REDIS_URL": "redis://u@ignored:1/3?socket_keepalive=true",
+        "REDIS_PASSWORD": PW,
+    })
+    client = redis_for(settings)
+    try:
+        got = client.connection_pool.connection_kwargs
+        assert (got["db"], got["username"], got["password"], got["socket_keepalive"]) == (3, "u", PW, True)
+        assert "host" not in got and "port" not in got  # where the primary is, the sentinels say
+    finally:
+        await client.aclose()

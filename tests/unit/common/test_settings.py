@@ -107,3 +107,8 @@ def test_sentinels_make_one_replica_hold_each_write_by_default() -> None:
 def test_bad_sentinel_settings_name_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(named)):
         load_settings(env)
+
+
+def test_a_socket_url_beside_sentinels_is_refused() -> None:
+    with pytest.raises(ConfigError, match="REDIS_URL is a unix:// socket and REDIS_SENTINELS is set"):
+        load_settings({"REDIS_SENTINELS": "s:26379", "REDIS_URL": "unix:///run/redis.sock"})

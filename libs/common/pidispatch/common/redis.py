@@ -103,8 +103,12 @@ def redis_for(settings: Settings) -> Redis:
     variables."""
     if not settings.redis_sentinels:
         return create_redis(settings.redis_url, settings.redis_password)
-    url = parse_url(settings.redis_url)
-    password = settings.redis_password.reveal() if settings.redis_password else url.get("password")
+    # Everything REDIS_URL says but where the server is (the sentinels say that): database, user,
+    # password, and its query's connection options.
+    url = {k: v for k, v in parse_url(settings.redis_url).items()
+           if k not in ("host", "port", "path", "connection_class")}
+    if settings.redis_password is not None:
+        url["password"] = settings.redis_password.reveal()
     sentinel_password = settings.redis_sentinel_password
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         list(settings.redis_sentinels),
@@ -113,11 +117,8 @@ def redis_for(settings: Settings) -> Redis:
             "socket_timeout": REDIS_OP_TIMEOUT_S,
             "password": None if sentinel_password is None else sentinel_password.reveal(),
         },
-        db=url.get("db", 0),
-        username=url.get("username"),
-        password=password,
         ssl=settings.redis_url.startswith("rediss://"),
-        **_client_options(),
+        **{**_client_options(), **url},
     )
     primary = sentinel.master_for(settings.redis_sentinel_master, redis_class=SentinelRedis)
     client = cast("SentinelRedis", primary)

@@ -244,6 +244,10 @@ def _store_part(env: Mapping[str, str]) -> _StorePart:
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
     sentinels = _sentinels(env)
+    if sentinels and redis_url.startswith("unix://"):
+        # The sentinels name the primary by host and port: a socket path could never be it.
+        raise ConfigError("REDIS_URL is a unix:// socket and REDIS_SENTINELS is set; accepted with "
+                          "sentinels: redis:// or rediss:// (its database, user and password are used)")
     return _StorePart(
         redis_url=redis_url,
         redis_password=_redis_password(env, redis_url),
