@@ -18,6 +18,7 @@ from pathlib import Path
 def record_argv(pid: int, seconds: float | None, out: Path) -> list[str]:
     """``py-spy record`` attached to ``pid`` for ``seconds`` (None: until it exits), collapsed stacks to
     ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     length = ["--duration", str(max(1, round(seconds)))] if seconds is not None else []
     return [spy, "record", "--pid", str(pid), *length, "--format", "raw", "--rate", "250", "--nonblocking",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from pidispatch.common.dedup import DAY_MS, LEGACY_SHARDS, WINDOW_DAYS, digest, remembered, upgrade_until
 from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, Keys
 from pidispatch.common.redis import Redis
@@ -28,7 +30,8 @@ async def _enqueue_reply(
     known = remembered(keys.jobids, job_id, at_ms, before=before)
     reply = await ENQUEUE(
         redis, [*known.keys, keys.dedup(semantic), keys.job(job_id), keys.jobs],
-        [*known.args, job_id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry, "id", job_id],
+        [*known.args, job_id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry,
+         msgspec.msgpack.encode(["id", job_id])],
     )
     return [r.decode() for r in reply]
 

@@ -6,8 +6,14 @@ Every script the system runs is a ``Script`` here or, for the worker's own count
 
 from __future__ import annotations
 
-from pidispatch.common.dedup import DEDUP_LUA
-from pidispatch.common.luascript import Script
+from itertools import chain
+
+import msgspec
+
+from pidispatch.common.dedup import DEDUP_LUA, remembered
+from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, Keys
+from pidispatch.common.luascript import Call, Script
+from pidispatch.common.models import Job, job_to_fields
 
 # ---- receiver and router --------------------------------------------------------------------------
 
@@ -24,7 +30,8 @@ return redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
 # Enqueue a job at most once: exact id first (31 days, common.dedup), then the semantic window. A queued
 # job's state hash says where it waits (stream, entry) and which pd:events entry made it, in the same step.
 # KEYS: its ``Remembered`` keys, dedup key, job state hash, job stream. ARGV: its ``Remembered`` args, job
-# id, dedup ttl (ms), state ttl (s), pd:events entry id ('' for a local job), then field/value pairs.
+# id, dedup ttl (ms), state ttl (s), pd:events entry id ('' for a local job), then the entry's field/value
+# pairs as one msgpack array (``enqueue_call``: one argument where redis-py packs ten, each in Python).
 # Returns {'queued', entry id} | {'duplicate', job id, its stored eventEntry or ''}
 #   | {'deduplicated', surviving job id}.
 ENQUEUE = Script(DEDUP_LUA + """
@@ -39,32 +46,50 @@ if survivor and survivor ~= ARGV[5] then
 end
 keep(where)
 redis.call('SET', dedup, ARGV[5], 'PX', ARGV[6])
-local id = redis.call('XADD', stream, '*', unpack(ARGV, 9))
+local id = redis.call('XADD', stream, '*', unpack(cmsgpack.unpack(ARGV[9])))
 redis.call('HSET', job, 'state', 'queued', 'stream', stream, 'entry', id, 'eventEntry', ARGV[8])
 redis.call('EXPIRE', job, ARGV[7])
 return {'queued', id}
 """)
 
 
+_FIELDS = msgspec.msgpack.Encoder()
+
+
+def enqueue_call(
+    keys: Keys, job: Job, dedup: str, stream: str, event_entry: str, now_ms: int, *, before: bool = False
+) -> Call:
+    """ENQUEUE for ``job`` onto ``stream``: at most once by its id (kept on the day of ``now_ms``;
+    ``before``: also looked for in the dedup layout before) and within the window of the key ``dedup``."""
+    known = remembered(keys.jobids, job.id, now_ms, before=before)
+    fields = _FIELDS.encode(list(chain.from_iterable(job_to_fields(job).items())))
+    return (
+        ENQUEUE,
+        [*known.keys, dedup, keys.job(job.id), stream],
+        [*known.args, job.id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry, fields],
+    )
+
+
 # The router's page of decisions and acks at once (one call where a MULTI of two commands a decision was
 # the largest part of the router's time): each decision's field in its day/shard bucket, kept to the
-# bucket's expiry; the readable lines, cut to the cap; the acks of the finished entries.
-# KEYS: decision log, events stream, then each decision's bucket. ARGV: group, cap, then per decision its
-# field, value and bucket expiry (unix s); the line count, then score/member pairs; then the ids to ack.
+# bucket's expiry; the readable lines, cut to the cap; the acks of the finished entries. The page travels
+# as one msgpack argument: redis-py packs each argument in Python (a microsecond apiece, six a decision),
+# msgspec packs the page in C and the script's cmsgpack reads it.
+# KEYS: decision log, events stream, then each decision's bucket. ARGV: group, cap, then the msgpack array
+# [rows, lines, acks]: per decision its field, value and bucket expiry (unix s); score/member pairs; ids.
 RECORD_PAGE = Script("""
-local a = 3
+local page = cmsgpack.unpack(ARGV[3])
+local rows, lines, acks = page[1], page[2], page[3]
 for i = 3, #KEYS do
-  redis.call('HSET', KEYS[i], ARGV[a], ARGV[a + 1])
-  redis.call('EXPIREAT', KEYS[i], ARGV[a + 2])
-  a = a + 3
+  local r = 3 * (i - 3)
+  redis.call('HSET', KEYS[i], rows[r + 1], rows[r + 2])
+  redis.call('EXPIREAT', KEYS[i], rows[r + 3])
 end
-local lines = tonumber(ARGV[a])
-if lines > 0 then
-  redis.call('ZADD', KEYS[1], unpack(ARGV, a + 1, a + 2 * lines))
+if #lines > 0 then
+  redis.call('ZADD', KEYS[1], unpack(lines))
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[2]) - 1)
 end
-a = a + 2 * lines + 1
-if a <= #ARGV then redis.call('XACK', KEYS[2], ARGV[1], unpack(ARGV, a, #ARGV)) end
+if #acks > 0 then redis.call('XACK', KEYS[2], ARGV[1], unpack(acks)) end
 return 0
 """)
 

@@ -22,6 +22,7 @@ import msgspec
 
 from pidispatch.common.dedup import DAY_MS, bucket_digest
 from pidispatch.common.keys import DECISION_KEEP_DAYS, Keys
+from pidispatch.common.luascript import lua_bytes
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms as wall_ms
 from pidispatch.common.scripts import RECORD_PAGE
@@ -144,7 +145,7 @@ class Page:
 
     def __init__(self) -> None:
         self.buckets: list[str] = []
-        self.rows: list[bytes | int] = []
+        self.rows: list[msgspec.Raw | int] = []
         self.lines: list[decisionlog.Logged] = []
         self.acked: list[str] = []
 
@@ -152,15 +153,15 @@ class Page:
         day = entry_day(decided.entry)
         shard, field = bucket_digest(f"{forge}:{delivery}")
         self.buckets.append(keys.decided(day, shard))
-        self.rows += (field, encode(forge, delivery, decided), expire_at_s(day))
+        self.rows += (lua_bytes(field), lua_bytes(encode(forge, delivery, decided)), expire_at_s(day))
 
 
 async def write(redis: Redis, keys: Keys, page: Page, cap: int, group: str = "") -> None:
     """The page's decisions, its lines (the log cut to ``cap``) and its acks on ``keys.events`` for
     ``group``, in one atomic script. Redis errors propagate (nothing is written then)."""
     lines = [part for d in page.lines for part in (d.decided_at, decisionlog.line(d))]
-    args = [group, cap, *page.rows, len(page.lines), *lines, *page.acked]
-    await RECORD_PAGE(redis, [keys.decisions, keys.events, *page.buckets], args)
+    blob = _ENCODER.encode((page.rows, lines, page.acked))
+    await RECORD_PAGE(redis, [keys.decisions, keys.events, *page.buckets], [group, cap, blob])
 
 
 class Logging(msgspec.Struct, frozen=True):

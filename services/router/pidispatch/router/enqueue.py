@@ -4,17 +4,16 @@ all of them in one pipeline (exact id and semantic window: a job is queued at mo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from typing import Any
 
-from pidispatch.common.dedup import remembered
-from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, WORKER_GROUP, Keys
+from pidispatch.common.keys import WORKER_GROUP, Keys
 from pidispatch.common.log import get_logger
-from pidispatch.common.models import Job, job_to_fields
+from pidispatch.common.luascript import run_calls
+from pidispatch.common.models import Job
 from pidispatch.common.redis import Redis
 from pidispatch.common.registry import HostCache, job_needs
 from pidispatch.common.runtime import EpochMsClock
-from pidispatch.common.scripts import ENQUEUE
+from pidispatch.common.scripts import enqueue_call
 from pidispatch.common.streams import ensure_group
 
 Plan = Sequence[tuple[Job, str]]  # (job, semantic key) for every replica of one firing entry
@@ -59,18 +58,13 @@ class Enqueuer:
             await ensure_group(self.redis, stream, WORKER_GROUP)
             self.grouped.add(stream)
         now = self.clock()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for planned, event_entry in zip(routed, entries, strict=True):
-                for job, semantic, stream in planned:
-                    pairs = list(chain.from_iterable(job_to_fields(job).items()))
-                    # Queues the EVALSHA on the pipeline (which loads the script first if Redis lost it).
-                    known = remembered(self.keys.jobids, job.id, now, before=now < self.before_until)
-                    ENQUEUE.in_pipeline(
-                        pipe,
-                        [*known.keys, self.keys.dedup(semantic), self.keys.job(job.id), stream],
-                        [*known.args, job.id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, event_entry, *pairs],
-                    )
-            replies = await pipe.execute(raise_on_error=False)
+        before = now < self.before_until
+        calls = [
+            enqueue_call(self.keys, job, self.keys.dedup(semantic), stream, event_entry, now, before=before)
+            for planned, event_entry in zip(routed, entries, strict=True)
+            for job, semantic, stream in planned
+        ]
+        replies = await run_calls(self.redis, calls)
         out, at = [], 0
         for planned in routed:
             ids, streams = [job.id for job, _, _ in planned], [stream for _, _, stream in planned]

@@ -19,20 +19,18 @@ import stat
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import chain
 from typing import TYPE_CHECKING
 
 from redis.exceptions import AuthenticationError, RedisError
 
 from pidispatch.common.configsyntax import image_ref_ok, parse_job_user
-from pidispatch.common.dedup import remembered
 from pidispatch.common.errors import ConfigError, InfraError
-from pidispatch.common.keys import DEDUP_WINDOW_MS, JOB_STATE_TTL_S, REDIS_OP_TIMEOUT_S, Keys
-from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, job_to_fields, text
+from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, Keys
+from pidispatch.common.models import FLOW_RE, LOCAL_KIND, MODEL_RE, Job, text
 from pidispatch.common.outcome import InfraFault, JobRefusal
 from pidispatch.common.redis import auth_refused, bounded, redis_for, redis_where
 from pidispatch.common.runtime import EpochMsClock, now_ms
-from pidispatch.common.scripts import ENQUEUE
+from pidispatch.common.scripts import enqueue_call
 from pidispatch.common.settings import PROVIDER_RE, Settings, load_settings
 from pidispatch.worker.forgework.git import (
     GIT_TIMEOUT,
@@ -338,15 +336,11 @@ async def enqueue_local(settings: Settings, keys: Keys, stream: str, job: Job) -
 async def enqueue_once(redis: Redis, keys: Keys, stream: str, job: Job) -> tuple[str, str, str]:
     """The ENQUEUE call on an open client: (``queued``|``duplicate``, job id, state). Redis errors
     propagate. The job id is the dedup key, so every caller racing with the same id queues one job."""
-
-    pairs = list(chain.from_iterable(job_to_fields(job).items()))
-    known = remembered(keys.jobids, job.id, job.enqueued_at or now_ms())
-    reply = await ENQUEUE(
-        redis,
-        [*known.keys, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), keys.job(job.id), stream],
-        # No pd:events entry made a local job: its state hash keeps eventEntry ''.
-        [*known.args, job.id, DEDUP_WINDOW_MS, JOB_STATE_TTL_S, "", *pairs],
+    # No pd:events entry made a local job: its state hash keeps eventEntry ''.
+    script, names, args = enqueue_call(
+        keys, job, keys.dedup(LOCAL_DEDUP_PREFIX + job.id), stream, "", job.enqueued_at or now_ms()
     )
+    reply = await script(redis, names, args)
     status, value = text(reply[0]), text(reply[1])
     if status == "queued":
         return "queued", job.id, "queued"
