@@ -6,7 +6,9 @@ anywhere before that script (``RECORD_PAGE``) leaves the entry pending; a peer (
 re-processes it and the script answers ``duplicate`` instead of adding a second job.
 
 Work is done a page at a time: decisions are pure and computed first, forge lookups for the page run
-concurrently, every enqueue of the page goes in one pipeline, and every decision + ack in one script.
+concurrently, every enqueue of the page goes in one pipeline, and every decision + ack in one script. That
+script runs while the next page is decided (one in flight at a time, each awaited before the next is sent):
+an entry is still acked only after its own jobs were enqueued, so a failure anywhere leaves it pending.
 
 The consumer name is ``router.consumer.consumer_name``.
 """
@@ -168,19 +170,31 @@ class Router:
         # The next page's read, started while a full page is processed: the router then waits on Redis
         # once a page less. Dropped (its entries stay pending under our name) whenever the loop restarts.
         self._prefetch: asyncio.Task[list[Entry]] | None = None
+        # The last page's decisions and acks on their way to Redis (RECORD_PAGE) while the next is decided.
+        self._recording: asyncio.Task[None] | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
             await self._run(stop)
         finally:
-            await self._drop_prefetch()
+            await self._quiesce()
 
-    async def _drop_prefetch(self) -> None:
+    async def _recorded(self) -> None:
+        """Wait for the page being recorded; its failure is raised here, once."""
+        task, self._recording = self._recording, None
+        if task is not None:
+            await task
+
+    async def _quiesce(self) -> None:
+        """Drop the prefetched read and let the page being recorded land: its acks are written before a
+        stop or a restart of the loop, and a failure leaves its entries pending, to be read again."""
         task, self._prefetch = self._prefetch, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+        with contextlib.suppress(Exception):
+            await self._recorded()
 
     async def _run(self, stop: asyncio.Event) -> None:
         backoff, redis_health = Backoff(), self.redis_health
@@ -188,14 +202,14 @@ class Router:
             try:
                 await self._tick(stop)
             except TRANSIENT as exc:
-                await self._drop_prefetch()
+                await self._quiesce()
                 redis_health.failed(error=type(exc).__name__)
                 # Whatever we were doing is still pending: start again from our own pending list.
                 self._backlog = "0"
                 await backoff.pause(stop)
                 continue
             except ResponseError as exc:
-                await self._drop_prefetch()
+                await self._quiesce()
                 if "NOGROUP" in str(exc):
                     # The stream or group was deleted under us (e.g. Redis restarted empty): recreate it.
                     self._group_ready = False
@@ -204,7 +218,7 @@ class Router:
                 await backoff.pause(stop)
                 continue
             except Exception as exc:
-                await self._drop_prefetch()
+                await self._quiesce()
                 # Not per-entry (those are handled in ``process``): log, back off, keep the service up.
                 self.log.error("router_error", error=type(exc).__name__)
                 await backoff.pause(stop)
@@ -214,6 +228,8 @@ class Router:
 
     async def _tick(self, stop: asyncio.Event) -> None:
         events = self.keys.events
+        if self._recording is not None and self._recording.done():
+            await self._recorded()  # an idle router hears of a failed record now, not at its next page
         if not self._group_ready:
             await ensure_group(self.redis, events, ROUTER_GROUP)
             spaces = (self.keys.deliveries, self.keys.jobids)
@@ -322,7 +338,10 @@ class Router:
         # Exactly-once is earned above: a crash here re-processes the page and every script answers
         # "duplicate". The crash tests kill the router at this point.
         crash_point("router-after-enqueue")
-        await self._record_page([w for w in work if w.outcome is not None])
+        await self._recorded()
+        done = [w for w in work if w.outcome is not None]
+        if done:
+            self._recording = asyncio.ensure_future(self._record_page(done))
 
     async def _decide(self, w: _Work, rules: Any) -> None:
         try:
