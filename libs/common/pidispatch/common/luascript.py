@@ -73,6 +73,14 @@ async def run_calls(redis: Redis, calls: Sequence[Call]) -> list[Any]:
     return replies
 
 
+async def run_call(redis: Redis, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    """One call the ``run_calls`` way (for a hot path): its reply, or its error raised."""
+    (reply,) = await run_calls(redis, [(script, keys, args)])
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
 async def _pipelined(redis: Redis, calls: Sequence[Call]) -> list[Any]:
     # hiredis packs the commands in C (redis-py's asyncio client packs each argument in Python, a
     # microsecond apiece: the largest cost of a router page after decoding its payloads), and they go

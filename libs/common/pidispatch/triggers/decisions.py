@@ -22,7 +22,7 @@ import msgspec
 
 from pidispatch.common.dedup import DAY_MS, bucket_digest
 from pidispatch.common.keys import DECISION_KEEP_DAYS, Keys
-from pidispatch.common.luascript import Call, lua_bytes, run_calls
+from pidispatch.common.luascript import lua_bytes, run_call
 from pidispatch.common.redis import Redis
 from pidispatch.common.runtime import now_ms as wall_ms
 from pidispatch.common.scripts import RECORD_PAGE
@@ -161,10 +161,7 @@ async def write(redis: Redis, keys: Keys, page: Page, cap: int, group: str = "")
     ``group``, in one atomic script. Redis errors propagate (nothing is written then)."""
     lines = [part for d in page.lines for part in (d.decided_at, decisionlog.line(d))]
     blob = _ENCODER.encode((page.rows, lines, page.acked))
-    call: Call = (RECORD_PAGE, [keys.decisions, keys.events, *page.buckets], [group, cap, blob])
-    (reply,) = await run_calls(redis, [call])
-    if isinstance(reply, Exception):
-        raise reply
+    await run_call(redis, RECORD_PAGE, [keys.decisions, keys.events, *page.buckets], [group, cap, blob])
 
 
 class Logging(msgspec.Struct, frozen=True):

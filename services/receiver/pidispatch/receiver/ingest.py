@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pidispatch.common.dedup import remembered
 from pidispatch.common.keys import REDIS_OP_TIMEOUT_S, ROUTER_GROUP, Keys
+from pidispatch.common.luascript import run_call
 from pidispatch.common.models import RECEIVED_AT, RECEIVED_AT_ISO
 from pidispatch.common.redis import Redis
 from pidispatch.common.replication import Replicas, ReplicaShortfall
@@ -78,7 +79,7 @@ class Ingest:
                 await ensure_group(self._redis, self._events, ROUTER_GROUP)
                 self._grouped = True
             if self._replicas is None or not held:
-                entry_id = await INGEST(self._redis, keys, args)
+                entry_id = await run_call(self._redis, INGEST, keys, args)
             else:
                 entry_id = await INGEST.held(self._redis, self._replicas, keys, args)
         return entry_id is not None
