@@ -145,7 +145,7 @@ class Page:
 
     def __init__(self) -> None:
         self.buckets: list[str] = []
-        self.rows: list[msgspec.Raw | int] = []
+        self.rows: list[msgspec.Raw | str] = []
         self.lines: list[decisionlog.Logged] = []
         self.acked: list[str] = []
 
@@ -153,13 +153,14 @@ class Page:
         day = entry_day(decided.entry)
         shard, field = bucket_digest(f"{forge}:{delivery}")
         self.buckets.append(keys.decided(day, shard))
-        self.rows += (lua_bytes(field), lua_bytes(encode(forge, delivery, decided)), expire_at_s(day))
+        # Numbers as text: how a Lua number reaches a command differs between servers (RECORD_PAGE).
+        self.rows += (lua_bytes(field), lua_bytes(encode(forge, delivery, decided)), str(expire_at_s(day)))
 
 
 async def write(redis: Redis, keys: Keys, page: Page, cap: int, group: str = "") -> None:
     """The page's decisions, its lines (the log cut to ``cap``) and its acks on ``keys.events`` for
     ``group``, in one atomic script. Redis errors propagate (nothing is written then)."""
-    lines = [part for d in page.lines for part in (d.decided_at, decisionlog.line(d))]
+    lines = [part for d in page.lines for part in (str(d.decided_at), decisionlog.line(d))]
     blob = _ENCODER.encode((page.rows, lines, page.acked))
     await run_call(redis, RECORD_PAGE, [keys.decisions, keys.events, *page.buckets], [group, cap, blob])
 
