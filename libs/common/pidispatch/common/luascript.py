@@ -1,5 +1,7 @@
 """How a server-side script is called: EVALSHA, and on NOSCRIPT (a restarted or flushed Redis lost its
-cache) EVAL once, which runs the source and caches it again. The scripts themselves are in ``scripts``."""
+cache) EVAL once, which runs the source and caches it again; on the hot paths (the receiver's append, the
+router's pages) ``run_calls``, packed in C and sent as one write. The scripts themselves are in ``scripts``.
+"""
 
 from __future__ import annotations
 
