@@ -178,8 +178,6 @@ class Router:
 
     async def _tick(self, stop: asyncio.Event) -> None:
         events = self.keys.events
-        if self.pages.record_done:
-            await self.pages.recorded()  # an idle router hears of a failed record now, not at its next page
         if not self._group_ready:
             await ensure_group(self.redis, events, ROUTER_GROUP)
             spaces = (self.keys.deliveries, self.keys.jobids)
@@ -189,6 +187,12 @@ class Router:
             self.pages.enqueuer.before_until = until
             self._group_ready = True
         now = time.monotonic()
+        rereads = now >= self._next_claim or now >= self._next_retry or self._backlog is not None
+        if rereads or self.pages.record_done:
+            # Entries this router holds are read again (claims, retries, its own pending) only once the
+            # page being recorded has landed: read before its acks, they would be decided twice. An idle
+            # router hears of a failed record here, not at its next page.
+            await self.pages.recorded()
         if now >= self._next_claim:
             self._next_claim = now + self._claim_every
             await self._claim()
