@@ -76,10 +76,10 @@ async def run_router(
     metrics: RouterMetrics | None = None,
 ) -> None:
     """Consume ``pd:events`` until ``stop`` is set; transient Redis errors never end it (``redis_health``)."""
-    router = Router(
-        settings, redis, keys, rules_ref, clock, consumer or consumer_name(),
-        self_ids or SelfIds(), ask or _no_authority, redis_health, metrics,
-    )
+    metrics = metrics or RouterMetrics()  # kept even when no endpoint serves them: they cost nothing
+    ask = ask or _no_authority
+    pages = Pages(settings, redis, keys, rules_ref, clock, self_ids or SelfIds(), ask, metrics)
+    router = Router(settings, redis, keys, clock, consumer or consumer_name(), pages, metrics, redis_health)
     get_logger().info("router_started", consumer=router.consumer, rules=rules_ref.current.count)
     # Every router trims: each step is one atomic XTRIM behind the groups, so peers never over-cut.
     trimmer = asyncio.create_task(run_trimmer(redis, keys, settings.events_maxlen, stop))
@@ -98,26 +98,23 @@ async def run_router(
 
 
 class Router:
+    """The loop: reads pages for ``pages`` to process, and what its consumer left pending."""
+
     def __init__(
         self,
         settings: Settings,
         redis: Redis,
         keys: Keys,
-        rules_ref: RulesRef,
         clock: EpochMsClock,
         consumer: str,
-        self_ids: SelfIds,
-        ask: Asker,
+        pages: Pages,
+        metrics: RouterMetrics,
         redis_health: Health | None = None,
-        metrics: RouterMetrics | None = None,
     ) -> None:
-        self.settings, self.redis, self.keys, self.rules_ref = settings, redis, keys, rules_ref
-        # Kept even when no endpoint serves them: a few counters in memory cost nothing.
-        self.metrics = metrics or RouterMetrics()
-        self.clock, self.consumer, self.self_ids, self.ask = clock, consumer, self_ids, ask
+        self.settings, self.redis, self.keys, self.clock = settings, redis, keys, clock
+        self.consumer, self.pages, self.metrics = consumer, pages, metrics
         self.redis_health = redis_health or Health("redis_unreachable", "redis_restored")
         self.log = get_logger()
-        self.pages = Pages(settings, redis, keys, rules_ref, clock, self_ids, ask, self.metrics)
         self._group_ready = False
         self._backlog: str | None = "0"  # cursor through our own pending entries; None once drained
         self._claim_cursor = "0-0"
