@@ -20,7 +20,7 @@ import pytest
 from pidispatch.common.embedded import free_port
 from pidispatch.dev.processes import start_time
 from tests.support.dev import BANNER_END, Dev, alive
-from tests.support.polling import wait_for
+from tests.support.polling import poll_until, wait_for
 
 
 @pytest.fixture
@@ -105,7 +105,8 @@ async def test_kill_9_of_dev_takes_its_children_down_and_the_next_start_runs(
         assert len(children) >= 4
         dev.proc.send_signal(signal.SIGKILL)
         await _exits(dev, 5)
-        await wait_for(lambda: not [p for p in children if alive(p)], 15, what="dev's children to stop")
+        gone = await poll_until(lambda: not [p for p in children if alive(p)], 15)
+        assert gone, f"dev's children still running 15 s after it was killed: {_names(children)}"
     finally:
         dev.stop()
     again = Dev(tmp_path, dev_env, name="again")
@@ -212,3 +213,14 @@ def _answers(port: int) -> bool:
         return _healthz(port) == 200
     except OSError:
         return False
+
+
+def _names(pids: set[int]) -> list[str]:
+    """The command lines of the processes still alive among ``pids``."""
+    out = []
+    for pid in sorted(p for p in pids if alive(p)):
+        try:
+            out.append((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+        except OSError:
+            continue
+    return out

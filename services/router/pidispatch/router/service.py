@@ -184,12 +184,8 @@ class Router:
             self.pages.enqueuer.before_until = until
             self._group_ready = True
         now = time.monotonic()
-        rereads = now >= self._next_claim or now >= self._next_retry or self._backlog is not None
-        if rereads or self.pages.record_done:
-            # Entries this router holds are read again (claims, retries, its own pending) only once the
-            # page being recorded has landed: read before its acks, they would be decided twice. An idle
-            # router hears of a failed record here, not at its next page.
-            await self.pages.recorded()
+        if self.pages.record_done:
+            await self.pages.recorded()  # an idle router hears of a failed record now, not at its next page
         if now >= self._next_claim:
             self._next_claim = now + self._claim_every
             await self._claim()
@@ -197,6 +193,7 @@ class Router:
             self._next_retry = now + RETRY_TICK_S
             await self._retry_own()
         if self._backlog is not None:
+            await self.pages.recorded()  # see _claim
             entries = await read_group(
                 self.redis, ROUTER_GROUP, self.consumer, {events: self._backlog}, count=READ_COUNT
             )
@@ -229,6 +226,9 @@ class Router:
     async def _claim(self) -> None:
         """Take over entries a peer (or our previous life) left pending longer than ``PD_CLAIM_IDLE_MS``."""
         for _ in range(CLAIM_PAGES_PER_TICK):
+            # Pending entries (claimed, retried, our own) are read only once the page being recorded has
+            # landed: read before its acks, they would be decided twice.
+            await self.pages.recorded()
             self._claim_cursor, entries = await claim_idle(
                 self.redis, self.keys.events, ROUTER_GROUP, self.consumer, self.settings.claim_idle_ms,
                 cursor=self._claim_cursor, count=CLAIM_COUNT,
@@ -239,6 +239,7 @@ class Router:
 
     async def _retry_own(self) -> None:
         """Re-try our own entries left pending by a failed lookup or error, each after its backoff."""
+        await self.pages.recorded()  # see _claim
         rows = await pending(
             self.redis, self.keys.events, ROUTER_GROUP, count=CLAIM_COUNT, consumer=self.consumer,
             idle_ms=RETRY_FIRST_MS,
