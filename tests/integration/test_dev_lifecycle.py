@@ -220,7 +220,8 @@ def _names(pids: set[int]) -> list[str]:
     out = []
     for pid in sorted(p for p in pids if alive(p)):
         try:
-            out.append((Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+            out.append(cmdline.replace(b"\0", b" ").decode(errors="replace")[:120])
         except OSError:
             continue
     return out
