@@ -50,8 +50,13 @@ class Logged(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _token(value: str) -> str:
-    # A value is one space-free token; what could break the line is escaped, as in a URL.
-    return value.replace("%", "%25").replace(" ", "%20") if value else "-"
+    # A value is one space-free token; what could break the line is escaped, as in a URL. Most values
+    # need nothing (the test costs less than the two replaces did, on the router's hot path).
+    if not value:
+        return "-"
+    if "%" in value or " " in value:
+        return value.replace("%", "%25").replace(" ", "%20")
+    return value
 
 
 def _untoken(value: str) -> str:
