@@ -18,7 +18,8 @@ import aiodocker
 import pytest
 
 from pidispatch.common.embedded import free_port
-from pidispatch.dev.processes import start_time
+from pidispatch.dev.ports import is_free
+from pidispatch.dev.processes import command_line, start_time
 from tests.support.dev import BANNER_END, Dev, alive
 from tests.support.polling import poll_until, wait_for
 
@@ -106,7 +107,8 @@ async def test_kill_9_of_dev_takes_its_children_down_and_the_next_start_runs(
         dev.proc.send_signal(signal.SIGKILL)
         await _exits(dev, 5)
         gone = await poll_until(lambda: not [p for p in children if alive(p)], 15)
-        assert gone, f"dev's children still running 15 s after it was killed: {_names(children)}"
+        left = [command_line(p) for p in sorted(children) if alive(p)]
+        assert gone, f"dev's children still running 15 s after it was killed: {left}"
     finally:
         dev.stop()
     again = Dev(tmp_path, dev_env, name="again")
@@ -186,7 +188,7 @@ async def test_router_and_worker_each_bind_their_own_metrics_port(
     tmp_path: Path, dev_env: dict[str, str]
 ) -> None:
     port = free_port()
-    while port >= 65535 or not _free(port + 1):
+    while port >= 65535 or not is_free(port + 1):
         port = free_port()
     dev = Dev(tmp_path, {**dev_env, "PD_METRICS_PORT": str(port)})
     try:
@@ -199,29 +201,8 @@ async def test_router_and_worker_each_bind_their_own_metrics_port(
         dev.stop()
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _answers(port: int) -> bool:
     try:
         return _healthz(port) == 200
     except OSError:
         return False
-
-
-def _names(pids: set[int]) -> list[str]:
-    """The command lines of the processes still alive among ``pids``."""
-    out = []
-    for pid in sorted(p for p in pids if alive(p)):
-        try:
-            cmdline = (Path("/proc") / str(pid) / "cmdline").read_bytes()
-            out.append(cmdline.replace(b"\0", b" ").decode(errors="replace")[:120])
-        except OSError:
-            continue
-    return out
