@@ -25,7 +25,8 @@ _RECEIVED_AT, _RECEIVED_AT_ISO = RECEIVED_AT.encode(), RECEIVED_AT_ISO.encode()
 
 
 class Ingest:
-    """Each append is one EVALSHA; a Redis that lost its script cache gets the source once by EVAL."""
+    """Each append is one EVALSHA (``luascript.run_call``; with replicas to wait for, ``Script.held``); a
+    Redis that lost its script cache gets the source once and the append again."""
 
     __slots__ = ("_deadlines", "_deliveries", "_events", "_grouped", "_keys", "_redis", "_replicas")
 
